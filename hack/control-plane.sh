@@ -1,0 +1,423 @@
+#!/usr/bin/env bash
+# The embedded control plane the tests and the local playground run against: real etcd,
+# a "seed" and a "shoot" kube-apiserver, a kube-controller-manager for each, the Gardener
+# CRDs, and gardener-resource-manager applying ManagedResources from the seed into the shoot.
+#
+#   hack/control-plane.sh run [--dir DIR] -- CMD [ARGS...]
+#       start everything, run CMD with the control plane's environment, stop everything;
+#       exits with CMD's status.
+#   hack/control-plane.sh up [--dir DIR]
+#       start everything and keep it running until Ctrl-C.
+#   hack/control-plane.sh restart-seed-apiserver [--dir DIR]
+#       stop and start the seed kube-apiserver of a running control plane (fault tests).
+#
+# Everything binds to 127.0.0.1. Every process started is recorded by PID in DIR/pids and is
+# stopped on exit, on failure and on Ctrl-C. DIR/env holds the kubeconfig paths for clients;
+# it exists only while the control plane is up.
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$repo/hack/tools/versions.env"
+source "$repo/hack/tools/lib.sh"
+
+cmd="${1:-}"
+[[ $# -gt 0 ]] && shift
+dir="$repo/.local/control-plane"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --dir) dir="$2"; shift 2 ;;
+    --) shift; break ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
+  esac
+done
+
+log() { printf '[control-plane %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+KUBE_APISERVER="$KUBE_DIR/kube-apiserver"
+KUBE_CONTROLLER_MANAGER="$KUBE_DIR/kube-controller-manager"
+ETCD="$ETCD_DIR/etcd"
+GRM="$GRM_DIR/gardener-resource-manager"
+
+require_tools() {
+  local b
+  for b in "$KUBE_APISERVER" "$KUBE_CONTROLLER_MANAGER" "$ETCD" "$GRM"; do
+    [[ -x "$b" ]] || die "$b is missing: build it with 'make tools' (hack/tools/build.sh)"
+  done
+  [[ -d "$CRDS_DIR" ]] || die "$CRDS_DIR is missing: build it with 'make tools' (hack/tools/build.sh crds)"
+  command -v openssl >/dev/null || die "openssl is required to generate the control plane's certificates"
+  command -v curl >/dev/null || die "curl is required to probe the control plane"
+}
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+# start <name> <binary> <args...>: run in the background with output in DIR/logs/<name>.log
+# and record "<name> <pid>" in DIR/pids.
+start() {
+  local name="$1"
+  shift
+  "$@" >"$dir/logs/$name.log" 2>&1 &
+  local pid=$!
+  echo "$name $pid" >>"$dir/pids"
+  log "started $name (pid $pid, log $dir/logs/$name.log)"
+}
+
+pid_of() { awk -v n="$1" '$1==n {p=$2} END {print p}' "$dir/pids"; }
+
+stop_pid() { # name pid
+  local name="$1" pid="$2" i
+  kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  for i in $(seq 1 50); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  log "$name (pid $pid) did not stop within 5 s; killing it"
+  kill -KILL "$pid" 2>/dev/null || true
+}
+
+stop_all() {
+  [[ -f "$dir/pids" ]] || return 0
+  rm -f "$dir/env"
+  # Reverse start order: clients first, etcd last.
+  local line name pid
+  tac "$dir/pids" | while read -r name pid; do
+    stop_pid "$name" "$pid"
+  done
+  rm -f "$dir/pids"
+  log "stopped"
+}
+
+# wait_for <what> <deadline seconds> <command...>: poll until the command succeeds.
+wait_for() {
+  local what="$1" deadline=$((SECONDS + $2))
+  shift 2
+  until "$@" >/dev/null 2>&1; do
+    if ((SECONDS >= deadline)); then
+      die "$what not ready after $2 s; see the logs in $dir/logs"
+    fi
+    check_alive
+    sleep 0.5
+  done
+}
+
+# Fails when any component has exited. A restarted component appears twice in DIR/pids; only
+# its latest PID counts.
+check_alive() {
+  local name pid
+  while read -r name pid; do
+    kill -0 "$pid" 2>/dev/null || die "$name (pid $pid) exited; the end of $dir/logs/$name.log: $(tail -n 5 "$dir/logs/$name.log" 2>/dev/null)"
+  done < <(awk '{last[$1]=$2} END {for (n in last) print n, last[n]}' "$dir/pids")
+}
+
+gen_certs() {
+  local pki="$dir/pki"
+  mkdir -p "$pki"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=containerd-shim-test-ca" \
+    -keyout "$pki/ca.key" -out "$pki/ca.crt" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" \
+    -keyout "$pki/serving.key" -out "$pki/serving.csr" 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' >"$pki/serving.ext"
+  openssl x509 -req -in "$pki/serving.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
+    -days 2 -extfile "$pki/serving.ext" -out "$pki/serving.crt" 2>/dev/null
+  openssl genrsa -out "$pki/sa.key" 2048 2>/dev/null
+  openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
+  # gardener-resource-manager's webhook server wants tls.crt/tls.key in one directory.
+  mkdir -p "$pki/grm"
+  cp "$pki/serving.crt" "$pki/grm/tls.crt"
+  cp "$pki/serving.key" "$pki/grm/tls.key"
+}
+
+random_token() { openssl rand -hex 24; }
+
+write_kubeconfig() { # file port token user
+  cat >"$1" <<KUBECONFIG
+apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: https://127.0.0.1:$2
+    certificate-authority: $dir/pki/ca.crt
+users:
+- name: $4
+  user:
+    token: $3
+contexts:
+- name: local
+  context:
+    cluster: local
+    user: $4
+current-context: local
+KUBECONFIG
+}
+
+# The seed API server records, at metadata level, every request of the extension controller's
+# own identity, so tests can compare the calls it really makes with the chart's RBAC.
+write_audit_policy() {
+  cat >"$dir/audit-policy.yaml" <<'POLICY'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  users: ["containerd-shim-controller"]
+- level: None
+POLICY
+}
+
+start_apiserver() { # name port etcd-prefix extra-args...
+  local name="$1" port="$2" prefix="$3"
+  shift 3
+  start "$name" "$KUBE_APISERVER" \
+    --etcd-servers="http://127.0.0.1:$ETCD_PORT" --etcd-prefix="$prefix" \
+    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$port" \
+    --tls-cert-file="$dir/pki/serving.crt" --tls-private-key-file="$dir/pki/serving.key" \
+    --client-ca-file="$dir/pki/ca.crt" \
+    --token-auth-file="$dir/tokens.csv" \
+    --service-account-issuer="https://127.0.0.1:$port" \
+    --service-account-key-file="$dir/pki/sa.pub" --service-account-signing-key-file="$dir/pki/sa.key" \
+    --service-cluster-ip-range=10.0.0.0/24 --authorization-mode=RBAC \
+    --disable-admission-plugins=ServiceAccount --allow-privileged=true \
+    --endpoint-reconciler-type=none --profiling=false \
+    "$@"
+}
+
+seed_apiserver_args() {
+  echo --audit-policy-file="$dir/audit-policy.yaml" --audit-log-path="$dir/logs/seed-audit.log" \
+    --audit-log-format=json --audit-log-maxsize=0
+}
+
+apiserver_ready() { # port token
+  curl -fsS --cacert "$dir/pki/ca.crt" -H "Authorization: Bearer $2" "https://127.0.0.1:$1/readyz"
+}
+
+kubectl_get() { # port token path
+  curl -fsS --cacert "$dir/pki/ca.crt" -H "Authorization: Bearer $2" "https://127.0.0.1:$1$3"
+}
+
+# apply_crd <port> <token> <file>: create the CRD from its YAML file (the API server accepts
+# YAML request bodies).
+apply_crd() {
+  local port="$1" token="$2" file="$3"
+  local code
+  code="$(curl -sS -o "$dir/logs/crd-apply.out" -w '%{http_code}' --cacert "$dir/pki/ca.crt" \
+    -H "Authorization: Bearer $token" -H 'Content-Type: application/yaml' \
+    -X POST --data-binary "@$file" \
+    "https://127.0.0.1:$port/apis/apiextensions.k8s.io/v1/customresourcedefinitions")"
+  [[ "$code" == 201 || "$code" == 409 ]] || die "creating CRD from $file failed with HTTP $code: $(cat "$dir/logs/crd-apply.out")"
+}
+
+crd_established() { # port token name
+  kubectl_get "$1" "$2" "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/$3" \
+    | python3 -c 'import json,sys; c=json.load(sys.stdin); sys.exit(0 if any(x["type"]=="Established" and x["status"]=="True" for x in c.get("status",{}).get("conditions",[])) else 1)'
+}
+
+write_grm_config() {
+  cat >"$dir/grm-config.yaml" <<CONFIG
+apiVersion: resourcemanager.config.gardener.cloud/v1alpha1
+kind: ResourceManagerConfiguration
+sourceClientConnection:
+  qps: 100
+  burst: 130
+  kubeconfig: $dir/seed-admin.kubeconfig
+targetClientConnection:
+  qps: 100
+  burst: 130
+  kubeconfig: $dir/shoot-admin.kubeconfig
+leaderElection:
+  leaderElect: false
+  resourceLock: leases
+  resourceName: gardener-resource-manager
+  resourceNamespace: default
+logLevel: info
+logFormat: json
+server:
+  webhooks:
+    bindAddress: 127.0.0.1
+    port: $(free_port)
+    tls:
+      serverCertDir: $dir/pki/grm
+  healthProbes:
+    bindAddress: 127.0.0.1
+    port: $GRM_HEALTH_PORT
+  metrics:
+    bindAddress: 127.0.0.1
+    port: $(free_port)
+controllers:
+  garbageCollector:
+    enabled: false
+  health:
+    concurrentSyncs: 5
+    syncPeriod: 5s
+  csrApprover:
+    enabled: false
+  managedResource:
+    concurrentSyncs: 5
+    syncPeriod: 1m
+    alwaysUpdate: false
+    managedByLabelValue: gardener
+  networkPolicy:
+    enabled: false
+  nodeCriticalComponents:
+    enabled: false
+  nodeAgentReconciliationDelay:
+    enabled: false
+  tokenRequestor:
+    enabled: false
+webhooks:
+  crdDeletionProtection:
+    enabled: false
+  endpointSliceHints:
+    enabled: false
+  extensionValidation:
+    enabled: false
+  highAvailabilityConfig:
+    enabled: false
+  kubernetesServiceHost:
+    enabled: false
+  systemComponentsConfig:
+    enabled: false
+  podKubeAPIServerLoadBalancing:
+    enabled: false
+  podSchedulerName:
+    enabled: false
+  podTopologySpreadConstraints:
+    enabled: false
+  projectedTokenMount:
+    enabled: false
+  nodeAgentAuthorizer:
+    enabled: false
+  seccompProfile:
+    enabled: false
+  vpaInPlaceUpdates:
+    enabled: false
+CONFIG
+}
+
+write_env() {
+  cat >"$dir/env.partial" <<ENV
+CONTROL_PLANE_DIR=$dir
+SEED_KUBECONFIG=$dir/seed-admin.kubeconfig
+SHOOT_KUBECONFIG=$dir/shoot-admin.kubeconfig
+SEED_CONTROLLER_KUBECONFIG=$dir/seed-controller.kubeconfig
+SEED_AUDIT_LOG=$dir/logs/seed-audit.log
+SEED_APISERVER_PORT=$SEED_PORT
+SHOOT_APISERVER_PORT=$SHOOT_PORT
+ENV
+  mv "$dir/env.partial" "$dir/env"
+}
+
+up() {
+  require_tools
+  if [[ -f "$dir/pids" ]]; then
+    local name pid alive=0
+    while read -r name pid; do kill -0 "$pid" 2>/dev/null && alive=1; done <"$dir/pids"
+    ((alive == 0)) || die "a control plane is already running from $dir (see $dir/pids); stop it first"
+  fi
+  rm -rf "$dir"
+  mkdir -p "$dir/logs" "$dir/etcd"
+  : >"$dir/pids"
+  gen_certs
+  write_audit_policy
+  ADMIN_TOKEN="$(random_token)"
+  CONTROLLER_TOKEN="$(random_token)"
+  {
+    echo "$ADMIN_TOKEN,admin,admin-uid,system:masters"
+    echo "$CONTROLLER_TOKEN,containerd-shim-controller,containerd-shim-controller-uid"
+  } >"$dir/tokens.csv"
+  ETCD_PORT="$(free_port)"
+  SEED_PORT="$(free_port)"
+  SHOOT_PORT="$(free_port)"
+  GRM_HEALTH_PORT="$(free_port)"
+  write_kubeconfig "$dir/seed-admin.kubeconfig" "$SEED_PORT" "$ADMIN_TOKEN" admin
+  write_kubeconfig "$dir/shoot-admin.kubeconfig" "$SHOOT_PORT" "$ADMIN_TOKEN" admin
+  write_kubeconfig "$dir/seed-controller.kubeconfig" "$SEED_PORT" "$CONTROLLER_TOKEN" containerd-shim-controller
+  echo "ETCD_PORT=$ETCD_PORT SEED_PORT=$SEED_PORT SHOOT_PORT=$SHOOT_PORT" >"$dir/ports"
+
+  local peer
+  peer="$(free_port)"
+  start etcd "$ETCD" --name=default --data-dir="$dir/etcd" \
+    --listen-client-urls="http://127.0.0.1:$ETCD_PORT" --advertise-client-urls="http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls="http://127.0.0.1:$peer" --initial-advertise-peer-urls="http://127.0.0.1:$peer" \
+    --initial-cluster="default=http://127.0.0.1:$peer" --unsafe-no-fsync --log-level=warn
+  wait_for "etcd" 60 curl -fsS "http://127.0.0.1:$ETCD_PORT/health"
+
+  # shellcheck disable=SC2046
+  start_apiserver seed-apiserver "$SEED_PORT" /seed $(seed_apiserver_args)
+  start_apiserver shoot-apiserver "$SHOOT_PORT" /shoot
+  wait_for "seed kube-apiserver" 120 apiserver_ready "$SEED_PORT" "$ADMIN_TOKEN"
+  wait_for "shoot kube-apiserver" 120 apiserver_ready "$SHOOT_PORT" "$ADMIN_TOKEN"
+
+  local which
+  for which in seed shoot; do
+    start "$which-controller-manager" "$KUBE_CONTROLLER_MANAGER" \
+      --kubeconfig="$dir/$which-admin.kubeconfig" \
+      --controllers=garbage-collector-controller,namespace-controller,daemonset-controller,deployment-controller,replicaset-controller \
+      --secure-port=0 --leader-elect=false --use-service-account-credentials=false
+  done
+
+  local f
+  for f in "$CRDS_DIR"/*.yaml; do
+    apply_crd "$SEED_PORT" "$ADMIN_TOKEN" "$f"
+  done
+  for f in extensions.extensions.gardener.cloud clusters.extensions.gardener.cloud managedresources.resources.gardener.cloud; do
+    wait_for "CRD $f" 60 crd_established "$SEED_PORT" "$ADMIN_TOKEN" "$f"
+  done
+  log "Gardener CRDs from $CRDS_DIR established in the seed"
+
+  write_grm_config
+  start gardener-resource-manager "$GRM" --config="$dir/grm-config.yaml"
+  wait_for "gardener-resource-manager" 120 curl -fsS "http://127.0.0.1:$GRM_HEALTH_PORT/readyz"
+  check_alive
+  write_env
+  log "ready: seed https://127.0.0.1:$SEED_PORT, shoot https://127.0.0.1:$SHOOT_PORT"
+  log "  export KUBECONFIG=$dir/seed-admin.kubeconfig   # seed"
+  log "  export KUBECONFIG=$dir/shoot-admin.kubeconfig  # shoot"
+}
+
+case "$cmd" in
+  run)
+    [[ $# -gt 0 ]] || die "usage: $0 run [--dir DIR] -- CMD [ARGS...]"
+    trap stop_all EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    up
+    set +e
+    (
+      set -a
+      source "$dir/env"
+      set +a
+      exec "$@"
+    )
+    status=$?
+    set -e
+    check_alive || status=1
+    exit "$status"
+    ;;
+  up)
+    trap stop_all EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    up
+    log "press Ctrl-C to stop"
+    while true; do
+      check_alive
+      sleep 2
+    done
+    ;;
+  restart-seed-apiserver)
+    [[ -f "$dir/pids" && -f "$dir/ports" ]] || die "no control plane is running from $dir"
+    source "$dir/ports"
+    ADMIN_TOKEN="$(awk -F, '$2=="admin"{print $1}' "$dir/tokens.csv")"
+    old="$(pid_of seed-apiserver)"
+    stop_pid seed-apiserver "$old"
+    start_apiserver seed-apiserver "$SEED_PORT" /seed $(seed_apiserver_args)
+    wait_for "seed kube-apiserver" 120 apiserver_ready "$SEED_PORT" "$ADMIN_TOKEN"
+    ;;
+  *)
+    sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    exit 2
+    ;;
+esac

@@ -1,0 +1,10 @@
+# Where each tool lives in the cache. Sourced by build.sh, the control-plane launcher and
+# the Makefile (through `hack/tools/paths.sh`), after versions.env.
+TOOLS_CACHE="${CONTAINERD_SHIM_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gardener-extension-containerd-shim/tools}"
+KUBE_DIR="$TOOLS_CACHE/kubernetes-$KUBERNETES_VERSION"
+ETCD_DIR="$TOOLS_CACHE/etcd-$ETCD_VERSION"
+GRM_DIR="$TOOLS_CACHE/gardener-resource-manager-$GARDENER_VERSION"
+CRDS_DIR="$TOOLS_CACHE/gardener-crds-$GARDENER_VERSION"
+CONTAINERD_DIR="$TOOLS_CACHE/containerd-$CONTAINERD_VERSION"
+HELM_DIR="$TOOLS_CACHE/helm-$HELM_VERSION"
+CONTAINERD1_BIN="${CONTAINERD1_BIN:-/usr/bin/containerd}"

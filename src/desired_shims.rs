@@ -1,0 +1,293 @@
+//! The desired shim set: the one data contract between the seed controller and the node
+//! installer.
+//!
+//! The controller renders it (from a validated providerConfig and the catalog) into a ConfigMap
+//! of the shoot bundle; the installer reads the mounted file on every node. Both sides depend
+//! on this module and on nothing of each other, so the installer never links the controller's
+//! Kubernetes-facing code and the controller never reasons about host files.
+//!
+//! The format is JSON with a schema number. A new installer must keep reading every schema an
+//! older controller may still have rendered; a field added later is optional.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The schema this build writes and the newest it reads.
+pub const SCHEMA: u32 = 1;
+
+/// ConfigMap key (and file name in the installer's mount) that holds the serialised set.
+pub const CONFIG_MAP_KEY: &str = "desired-shims.json";
+
+/// Label prefix of the per-handler readiness label the installer sets on verified nodes and
+/// that each RuntimeClass selects on: `containerd-shim.extensions.gardener.cloud/<handler>=ready`.
+pub const READY_LABEL_PREFIX: &str = "containerd-shim.extensions.gardener.cloud/";
+
+/// Value of the readiness label.
+pub const READY_LABEL_VALUE: &str = "ready";
+
+/// The readiness label key for a handler.
+pub fn ready_label(handler: &str) -> String {
+    format!("{READY_LABEL_PREFIX}{handler}")
+}
+
+/// Everything one node installer needs to converge its node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DesiredShims {
+    /// Format version; see [`SCHEMA`].
+    pub schema: u32,
+    /// Whether the installer installs the shims below or removes everything it ever installed.
+    pub mode: Mode,
+    /// The shims, in a stable order (by name).
+    #[serde(default)]
+    pub shims: Vec<DesiredShim>,
+    /// How the installer paces containerd restarts across the cluster.
+    pub rollout: Rollout,
+}
+
+/// Install the listed shims, or uninstall everything (the extension is being deleted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub enum Mode {
+    Install,
+    Uninstall,
+}
+
+/// Cluster-wide pacing of containerd restarts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Rollout {
+    /// At most this many nodes restart containerd at the same time (Lease slots).
+    pub max_concurrent_restarts: u32,
+}
+
+/// One shim as a node installs it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DesiredShim {
+    /// Unique name of the shim within the set (DNS-1123 label); names the versioned directory.
+    pub name: String,
+    /// containerd runtime handler: the `runtimes.<handler>` table key and `RuntimeClass.handler`.
+    pub handler: String,
+    /// containerd `runtime_type`, `io.containerd.<name>.<version>`.
+    pub runtime_type: String,
+    /// Version of the shim binaries; part of the versioned directory name.
+    pub version: String,
+    /// The binaries to put on the node. The first one is the shim that containerd starts.
+    pub binaries: Vec<Binary>,
+    /// The `runtimes.<handler>.options` table.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub options: BTreeMap<String, OptionValue>,
+    /// Pod annotations containerd passes through to the shim (`pod_annotations`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pod_annotations: Vec<String>,
+    /// containerd `privileged_without_host_devices` (VM-based runtimes set it).
+    #[serde(default)]
+    pub privileged_without_host_devices: bool,
+    /// Shim-specific configuration files the installer writes into the shim's own directory on
+    /// the host. An option value may refer to such a file with `{{configDir}}`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub config_files: Vec<ConfigFile>,
+    /// Only nodes whose labels contain all of these get the shim (worker pools and the
+    /// shoot owner's node selector, already combined). Empty selects every node.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+}
+
+/// Placeholder in option values and config files that the installer replaces with the host
+/// directory of the shim's active version (for example a gVisor `ConfigPath`).
+pub const CONFIG_DIR_PLACEHOLDER: &str = "{{configDir}}";
+
+/// Placeholder that the installer replaces with the host directory of the shim's binaries
+/// (for example gVisor's `binary_name` pointing at `runsc`).
+pub const BIN_DIR_PLACEHOLDER: &str = "{{binDir}}";
+
+/// One executable of a shim.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Binary {
+    /// File name on the host, e.g. `containerd-shim-spin-v2`.
+    pub name: String,
+    /// Where the installer gets it.
+    pub source: BinarySource,
+}
+
+/// Where a binary comes from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub enum BinarySource {
+    /// Staged by an init container of the installer pod from an OCI image: the file is found at
+    /// `<staging dir>/<shim name>/<binary name>`. `sha256` is checked when present.
+    Image {
+        /// The image reference (informational on the node; the pod spec pulls it).
+        image: String,
+        /// Absolute path of the file inside the image.
+        path: String,
+        /// Optional expected digests per architecture.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        sha256: BTreeMap<Arch, String>,
+    },
+    /// Downloaded over HTTPS by the installer and checked against the sha256 of the node's
+    /// architecture.
+    Url {
+        /// Per-architecture download.
+        artifacts: BTreeMap<Arch, UrlArtifact>,
+    },
+}
+
+/// A downloadable file for one architecture.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UrlArtifact {
+    /// An `https://` URL.
+    pub url: String,
+    /// Lower-case hex sha256 of the file.
+    pub sha256: String,
+}
+
+/// Node CPU architectures (the `kubernetes.io/arch` label values).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Arch {
+    Amd64,
+    Arm64,
+}
+
+impl Arch {
+    /// The `kubernetes.io/arch` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Arch::Amd64 => "amd64",
+            Arch::Arm64 => "arm64",
+        }
+    }
+
+    /// Parses a `kubernetes.io/arch` label value.
+    pub fn from_label(value: &str) -> Option<Arch> {
+        match value {
+            "amd64" => Some(Arch::Amd64),
+            "arm64" => Some(Arch::Arm64),
+            _ => None,
+        }
+    }
+}
+
+/// A value in a runtime's `options` table. containerd decodes options into the shim's typed
+/// option struct, so the TOML type matters: `SystemdCgroup = true`, not `"true"`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum OptionValue {
+    Bool(bool),
+    Int(i64),
+    String(String),
+}
+
+/// A file the installer writes for a shim (e.g. gVisor's `runsc.toml`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ConfigFile {
+    /// File name (no directories) inside the shim's config directory.
+    pub name: String,
+    /// File content; placeholders are replaced as for option values.
+    pub content: String,
+}
+
+impl DesiredShims {
+    /// The set that removes everything: what the controller renders while the extension is
+    /// being deleted.
+    pub fn uninstall(rollout: Rollout) -> Self {
+        DesiredShims {
+            schema: SCHEMA,
+            mode: Mode::Uninstall,
+            shims: Vec::new(),
+            rollout,
+        }
+    }
+
+    /// Serialises to the ConfigMap value: stable (sorted maps, shims in the given order) so that
+    /// equal sets give byte-equal output and the pod-template hash only changes on real change.
+    pub fn to_json(&self) -> String {
+        // Serialising plain data with string keys cannot fail.
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// Parses the ConfigMap value, rejecting unknown schemas and fields.
+    pub fn from_json(text: &str) -> Result<Self, DesiredShimsError> {
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(DesiredShimsError::Json)?;
+        let schema = value.get("schema").and_then(serde_json::Value::as_u64);
+        match schema {
+            Some(s) if s == u64::from(SCHEMA) => {}
+            other => return Err(DesiredShimsError::Schema(other)),
+        }
+        serde_json::from_value(value).map_err(DesiredShimsError::Json)
+    }
+}
+
+/// Why a desired set could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum DesiredShimsError {
+    #[error("desired shim set is not valid JSON of schema {SCHEMA}: {0}")]
+    Json(serde_json::Error),
+    #[error("desired shim set has schema {0:?}; this installer reads schema {SCHEMA}")]
+    Schema(Option<u64>),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spin() -> DesiredShim {
+        DesiredShim {
+            name: "spin".into(),
+            handler: "spin".into(),
+            runtime_type: "io.containerd.spin.v2".into(),
+            version: "v0.22.0".into(),
+            binaries: vec![Binary {
+                name: "containerd-shim-spin-v2".into(),
+                source: BinarySource::Url {
+                    artifacts: BTreeMap::from([(
+                        Arch::Amd64,
+                        UrlArtifact {
+                            url: "https://example.com/shim".into(),
+                            sha256: "a".repeat(64),
+                        },
+                    )]),
+                },
+            }],
+            options: BTreeMap::from([("SystemdCgroup".into(), OptionValue::Bool(true))]),
+            pod_annotations: vec![],
+            privileged_without_host_devices: false,
+            config_files: vec![],
+            node_selector: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn round_trips_through_json() {
+        let set = DesiredShims {
+            schema: SCHEMA,
+            mode: Mode::Install,
+            shims: vec![spin()],
+            rollout: Rollout {
+                max_concurrent_restarts: 1,
+            },
+        };
+        let text = set.to_json();
+        assert!(text.contains("\"SystemdCgroup\": true"), "{text}");
+        assert_eq!(DesiredShims::from_json(&text).unwrap(), set);
+    }
+
+    #[test]
+    fn rejects_other_schemas_and_unknown_fields() {
+        let err = DesiredShims::from_json(r#"{"schema":2,"mode":"Install","rollout":{"maxConcurrentRestarts":1}}"#)
+            .unwrap_err();
+        assert!(err.to_string().contains("schema Some(2)"), "{err}");
+        let err = DesiredShims::from_json(
+            r#"{"schema":1,"mode":"Install","rollout":{"maxConcurrentRestarts":1},"extra":1}"#,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("extra"), "{err}");
+    }
+}

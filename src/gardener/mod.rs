@@ -1,0 +1,5 @@
+//! A generic Gardener extension framework: what Gardener's Go extension library provides,
+//! for Rust extensions. Nothing in here knows about containerd shims.
+
+pub mod api;
+pub mod error_codes;

@@ -1,0 +1,2 @@
+//! The containerd-shim extension: providerConfig, the shim catalog, the shoot bundle and the
+//! actuator that the [`crate::gardener`] framework drives.
