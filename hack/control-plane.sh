@@ -250,7 +250,7 @@ controllers:
     enabled: false
   health:
     concurrentSyncs: 5
-    syncPeriod: 5s
+    syncPeriod: 15s
   csrApprover:
     enabled: false
   managedResource:

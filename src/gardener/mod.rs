@@ -3,3 +3,4 @@
 
 pub mod api;
 pub mod error_codes;
+pub mod imagevector;

@@ -1,1 +1,8 @@
+//! Integration tests against the embedded control plane (`hack/control-plane.sh`) and the
+//! real containerd binaries. `make test` starts everything they need.
 
+#[path = "../support/mod.rs"]
+mod support;
+
+mod containerd_config;
+mod harness;

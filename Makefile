@@ -1,0 +1,40 @@
+# The two commands a new machine needs are `make local` and `make test` (see README.md).
+SHELL := /usr/bin/env bash
+
+.PHONY: local test tools tools-modules control-plane check generate bench fuzz images clean
+
+## local: start the embedded control plane (seed, shoot, gardener-resource-manager) and keep it running.
+local: tools
+	hack/control-plane.sh up
+
+## test: build what is missing and run every check and test (what CI runs).
+test:
+	hack/test.sh
+
+## tools: build the control-plane components, containerd and helm from Go modules (cached).
+tools:
+	hack/tools/build.sh
+
+## tools-modules: regenerate hack/tools/*/go.mod and go.sum after changing hack/tools/versions.env.
+tools-modules:
+	hack/tools/update-modules.sh
+
+## control-plane: start the embedded control plane for running tests by hand (Ctrl-C stops it).
+control-plane: tools
+	hack/control-plane.sh up
+
+## check: formatting and lints only.
+check:
+	cargo fmt --all -- --check
+	cargo clippy --all-targets --locked -- -D warnings
+
+## generate: rewrite every generated file (golden files, schema, registration) from the code.
+generate:
+	UPDATE_GOLDEN=1 cargo test --locked --lib
+
+clean:
+	cargo clean
+	rm -rf .local
+
+help:
+	@grep -E '^## ' Makefile | sed 's/^## //'

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Prints the environment (KEY=value lines) that points tests and scripts at the built tools.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+source "$here/versions.env"
+source "$here/lib.sh"
+cat <<ENV
+TOOLS_CACHE=$TOOLS_CACHE
+KUBECTL_BIN=$KUBE_DIR/kubectl
+HELM_BIN=$HELM_DIR/helm
+CONTAINERD1_BIN=$CONTAINERD1_BIN
+CONTAINERD2_BIN=$CONTAINERD_DIR/containerd
+ENV

@@ -1,0 +1,60 @@
+//! Builders for the Gardener objects tests create in the seed.
+
+use std::collections::BTreeMap;
+
+use gardener_extension_containerd_shim::gardener::api::{Cluster, ClusterSpec, Extension, ExtensionSpec};
+use kube::api::ObjectMeta;
+use serde_json::{Value, json};
+
+/// A minimal Shoot as gardenlet embeds it into a Cluster, with one containerd worker pool
+/// `worker-a`.
+pub fn shoot(name: &str) -> Value {
+    json!({
+        "apiVersion": "core.gardener.cloud/v1beta1",
+        "kind": "Shoot",
+        "metadata": {"name": name, "namespace": "garden-t"},
+        "spec": {
+            "kubernetes": {"version": "1.33.4"},
+            "provider": {"type": "local", "workers": [
+                {"name": "worker-a", "machine": {"type": "local", "architecture": "amd64"},
+                 "cri": {"name": "containerd"}, "minimum": 1, "maximum": 3}
+            ]}
+        },
+        "status": {
+            "technicalID": name,
+            "lastOperation": {"type": "Reconcile", "state": "Succeeded", "progress": 100,
+                              "description": "Shoot cluster has been successfully reconciled.",
+                              "lastUpdateTime": "2026-01-01T00:00:00Z"}
+        }
+    })
+}
+
+/// A Cluster named after the shoot namespace, embedding `shoot`.
+pub fn cluster(namespace: &str, shoot: Value) -> Cluster {
+    Cluster::new(
+        namespace,
+        ClusterSpec {
+            cloud_profile: json!({"apiVersion": "core.gardener.cloud/v1beta1", "kind": "CloudProfile", "metadata": {"name": "local"}}),
+            seed: Some(json!({"apiVersion": "core.gardener.cloud/v1beta1", "kind": "Seed", "metadata": {"name": "local"}})),
+            shoot,
+        },
+    )
+}
+
+/// An Extension of the given type, named after the type as gardenlet names it.
+pub fn extension(namespace: &str, type_: &str, provider_config: Option<Value>) -> Extension {
+    Extension {
+        metadata: ObjectMeta {
+            name: Some(type_.to_string()),
+            namespace: Some(namespace.to_string()),
+            annotations: Some(BTreeMap::new()),
+            ..Default::default()
+        },
+        spec: ExtensionSpec {
+            type_: type_.to_string(),
+            class: None,
+            provider_config,
+        },
+        status: None,
+    }
+}
