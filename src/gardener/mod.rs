@@ -4,3 +4,4 @@
 pub mod api;
 pub mod error_codes;
 pub mod imagevector;
+pub mod cache;

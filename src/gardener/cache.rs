@@ -1,0 +1,202 @@
+//! In-memory caches of the resources the controllers read, kept current by watches, so that a
+//! reconcile reads from memory instead of sending a GET or LIST.
+//!
+//! Every cache trims what no controller reads (managed fields, large embedded objects) before
+//! it stores an object: a seed holds one Cluster per shoot, and each embeds a CloudProfile that
+//! can be hundreds of kilobytes.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::PartialObjectMeta;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::sync::broadcast;
+use tokio::task::AbortHandle;
+
+use super::api::{Cluster, ManagedResource, SHOOT_ROLE_LABEL, SHOOT_ROLE_VALUE};
+
+/// How many change notifications a slow subscriber may fall behind before it is told it lagged
+/// (and should then treat everything as changed).
+const CHANGE_BUFFER: usize = 1024;
+
+/// One watched resource kind: a store that always holds the latest state the watch delivered,
+/// and a broadcast of the objects that changed.
+pub struct Cache<K: Resource + 'static>
+where
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    store: Store<K>,
+    changes: broadcast::Sender<ObjectRef<K>>,
+    task: Arc<AbortOnDrop>,
+}
+
+impl<K: Resource + 'static> Clone for Cache<K>
+where
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    fn clone(&self) -> Self {
+        Cache {
+            store: self.store.clone(),
+            changes: self.changes.clone(),
+            task: self.task.clone(),
+        }
+    }
+}
+
+struct AbortOnDrop(AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl<K> Cache<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Default + Send + Sync,
+{
+    /// Starts watching `api` in a background task that lives as long as any clone of the
+    /// cache. `trim` removes what nobody reads before the object is stored. Watch errors are
+    /// retried with kube's default backoff (800 ms to 30 s), so a restarted API server is
+    /// picked up again without a restart of the process.
+    pub fn spawn(api: Api<K>, config: watcher::Config, trim: fn(&mut K)) -> Cache<K> {
+        let (store, mut writer) = reflector::store::<K>();
+        let (changes, _) = broadcast::channel(CHANGE_BUFFER);
+        let sender = changes.clone();
+        let handle = tokio::spawn(async move {
+            let mut events = watcher::watcher(api, config).default_backoff().modify(trim).boxed();
+            while let Some(event) = events.next().await {
+                match event {
+                    Ok(event) => {
+                        writer.apply_watcher_event(&event);
+                        for changed in changed_refs(&event) {
+                            // No subscriber is not an error: nobody is interested yet.
+                            let _ = sender.send(changed);
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "watch failed; retrying with backoff"),
+                }
+            }
+        });
+        Cache {
+            store,
+            changes,
+            task: Arc::new(AbortOnDrop(handle.abort_handle())),
+        }
+    }
+}
+
+impl<K> Cache<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    /// The latest state of every watched object.
+    pub fn store(&self) -> &Store<K> {
+        &self.store
+    }
+
+    /// Notifications of objects that were added, changed or deleted from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<ObjectRef<K>> {
+        self.changes.subscribe()
+    }
+
+    /// Waits until the first complete list has been stored.
+    pub async fn wait_until_ready(&self) {
+        // The writer lives in the watch task for as long as this cache does, so the only error
+        // (writer dropped) cannot happen while we hold the cache.
+        let _ = self.store.wait_until_ready().await;
+    }
+}
+
+fn changed_refs<K>(event: &Event<K>) -> Vec<ObjectRef<K>>
+where
+    K: Resource + Clone,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Default,
+{
+    match event {
+        Event::Apply(obj) | Event::Delete(obj) | Event::InitApply(obj) => {
+            vec![ObjectRef::from_obj(obj)]
+        }
+        Event::Init | Event::InitDone => Vec::new(),
+    }
+}
+
+/// Clears `metadata.managedFields`, which no controller reads and which is often the largest
+/// part of an object.
+pub fn trim_managed_fields<K: Resource>(obj: &mut K) {
+    obj.meta_mut().managed_fields = None;
+}
+
+/// Keeps only the Shoot of a Cluster: extensions never read the embedded CloudProfile or Seed.
+pub fn trim_cluster(cluster: &mut Cluster) {
+    trim_managed_fields(cluster);
+    cluster.spec.cloud_profile = serde_json::Value::Null;
+    cluster.spec.seed = None;
+}
+
+/// The caches every controller of an extension shares.
+#[derive(Clone)]
+pub struct SharedCaches {
+    /// All Clusters (one per shoot), trimmed to the Shoot.
+    pub clusters: Cache<Cluster>,
+    /// Metadata of the shoot namespaces (`gardener.cloud/role=shoot`). A namespace absent here
+    /// is not a shoot namespace.
+    pub shoot_namespaces: Cache<PartialObjectMeta<Namespace>>,
+    /// The ManagedResources this extension created (selected by their origin label).
+    pub managed_resources: Cache<ManagedResource>,
+}
+
+impl SharedCaches {
+    /// Starts the watches. `origin` is the value of the `origin` label on this extension's
+    /// ManagedResources.
+    pub fn spawn(client: &Client, origin: &str) -> SharedCaches {
+        SharedCaches {
+            clusters: Cache::spawn(Api::all(client.clone()), watcher::Config::default(), trim_cluster),
+            shoot_namespaces: Cache::spawn(
+                Api::all(client.clone()),
+                watcher::Config::default().labels(&format!("{SHOOT_ROLE_LABEL}={SHOOT_ROLE_VALUE}")),
+                trim_managed_fields,
+            ),
+            managed_resources: Cache::spawn(
+                Api::all(client.clone()),
+                watcher::Config::default().labels(&format!("origin={origin}")),
+                trim_managed_fields,
+            ),
+        }
+    }
+
+    /// Waits until every cache holds its first complete list.
+    pub async fn wait_until_ready(&self) {
+        self.clusters.wait_until_ready().await;
+        self.shoot_namespaces.wait_until_ready().await;
+        self.managed_resources.wait_until_ready().await;
+    }
+
+    /// Whether `namespace` is a shoot control-plane namespace.
+    pub fn is_shoot_namespace(&self, namespace: &str) -> bool {
+        self.shoot_namespaces
+            .store()
+            .get(&ObjectRef::new(namespace))
+            .is_some_and(|ns| ns.labels().get(SHOOT_ROLE_LABEL).map(String::as_str) == Some(SHOOT_ROLE_VALUE))
+    }
+
+    /// The Cluster of a shoot namespace (named like the namespace).
+    pub fn cluster(&self, namespace: &str) -> Option<Arc<Cluster>> {
+        self.clusters.store().get(&ObjectRef::new(namespace))
+    }
+
+    /// A ManagedResource by namespace and name.
+    pub fn managed_resource(&self, namespace: &str, name: &str) -> Option<Arc<ManagedResource>> {
+        self.managed_resources
+            .store()
+            .get(&ObjectRef::new(name).within(namespace))
+    }
+}
