@@ -89,10 +89,14 @@ pub struct DesiredShim {
     /// the host. An option value may refer to such a file with `{{configDir}}`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub config_files: Vec<ConfigFile>,
-    /// Only nodes whose labels contain all of these get the shim (worker pools and the
-    /// shoot owner's node selector, already combined). Empty selects every node.
+    /// Only nodes whose labels contain all of these get the shim (the shoot owner's node
+    /// selector). Empty selects every node.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_selector: BTreeMap<String, String>,
+    /// Only nodes of one of these worker pools (label `worker.gardener.cloud/pool`) get the
+    /// shim; a node must match both this and `node_selector`. Empty selects every pool.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub worker_pools: Vec<String>,
 }
 
 /// Placeholder in option values and config files that the installer replaces with the host
@@ -261,6 +265,7 @@ mod tests {
             privileged_without_host_devices: false,
             config_files: vec![],
             node_selector: BTreeMap::new(),
+            worker_pools: vec![],
         }
     }
 

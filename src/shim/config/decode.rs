@@ -1,0 +1,359 @@
+//! Strict decoding of `Extension.spec.providerConfig`.
+//!
+//! The value is checked against size bounds before anything expensive happens to it: at most
+//! [`MAX_BYTES`] serialised, [`MAX_DEPTH`] levels of nesting, [`MAX_STRING_CHARS`] per
+//! string, [`MAX_ARRAY_ITEMS`] per list and [`MAX_OBJECT_KEYS`] per object. Then `apiVersion`
+//! and `kind` are checked, so a config for another API version gets a clear message instead of
+//! a list of unknown fields, and finally the typed structs are deserialised with unknown fields
+//! rejected. A serde error stops at the first problem; its message keeps serde's field path.
+//!
+//! An absent (or `null`) providerConfig means "no shims": the extension may be enabled for
+//! every shoot by the operator (`autoEnable`), and such shoots must reconcile cleanly.
+
+use std::io::{self, Write};
+
+use serde_json::Value;
+
+use super::error::{ConfigError, FieldError, FieldPath, quote};
+use super::types::{API_VERSION, ContainerdShimConfig, KIND};
+
+/// Largest accepted providerConfig, serialised as JSON.
+pub const MAX_BYTES: usize = 64 * 1024;
+/// Deepest accepted nesting of objects and lists.
+pub const MAX_DEPTH: usize = 12;
+/// Longest accepted string (config-file content is not part of the providerConfig).
+pub const MAX_STRING_CHARS: usize = 4096;
+/// Longest accepted list.
+pub const MAX_ARRAY_ITEMS: usize = 64;
+/// Most keys in one object.
+pub const MAX_OBJECT_KEYS: usize = 64;
+
+/// Decodes a providerConfig; `None`/`null` is the empty configuration.
+pub fn decode(provider_config: Option<&Value>) -> Result<ContainerdShimConfig, ConfigError> {
+    let value = match provider_config {
+        None | Some(Value::Null) => return Ok(ContainerdShimConfig::empty()),
+        Some(value) => value,
+    };
+    let root = FieldPath::root();
+    check_bounds(value, &root, 0).map_err(ConfigError::single)?;
+    check_size(value).map_err(ConfigError::single)?;
+    let Value::Object(map) = value else {
+        return Err(ConfigError::single(FieldError::new(
+            &root,
+            format!(
+                "expected an object with apiVersion {API_VERSION:?} and kind {KIND:?}, got {}",
+                kind_of(value)
+            ),
+        )));
+    };
+    let mut errors = Vec::new();
+    for (field, expected) in [("apiVersion", API_VERSION), ("kind", KIND)] {
+        match map.get(field) {
+            Some(Value::String(actual)) if actual == expected => {}
+            Some(Value::String(actual)) => errors.push(FieldError::invalid(
+                &root.child(field),
+                actual,
+                format!("is not supported; use {expected:?}"),
+            )),
+            Some(other) => errors.push(FieldError::new(
+                &root.child(field),
+                format!("expected the string {expected:?}, got {}", kind_of(other)),
+            )),
+            None => errors.push(FieldError::new(
+                &root.child(field),
+                format!("is missing; set it to {expected:?}"),
+            )),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(ConfigError { errors });
+    }
+    serde_path_to_error::deserialize(value).map_err(|err| {
+        let path = serde_path(err.path());
+        ConfigError::single(FieldError::new(&path, err.inner().to_string()))
+    })
+}
+
+/// Decodes a providerConfig written as YAML (example files, the offline `render` command).
+pub fn decode_yaml(text: &str) -> Result<ContainerdShimConfig, ConfigError> {
+    let root = FieldPath::root();
+    if text.len() > MAX_BYTES {
+        return Err(ConfigError::single(FieldError::new(
+            &root,
+            format!("{} bytes exceed the limit of {MAX_BYTES}", text.len()),
+        )));
+    }
+    let value: Value = serde_saphyr::from_str(text).map_err(|e| {
+        ConfigError::single(FieldError::new(&root, format!("is not valid YAML: {e}")))
+    })?;
+    decode(Some(&value))
+}
+
+/// The fields of the API whose values are maps with user-chosen keys.
+const MAP_FIELDS: &[&str] = &["options", "nodeSelector"];
+
+/// serde's path as ours: `shims[1].options.Foo` becomes `providerConfig.shims[1].options[Foo]`,
+/// the same notation validation uses.
+fn serde_path(path: &serde_path_to_error::Path) -> FieldPath {
+    use serde_path_to_error::Segment;
+    let mut out = FieldPath::root();
+    let mut in_map = false;
+    for segment in path {
+        let mut next_in_map = false;
+        out = match segment {
+            Segment::Seq { index } => out.index(*index),
+            Segment::Map { key } if in_map => out.key(key),
+            Segment::Map { key } => {
+                next_in_map = MAP_FIELDS.contains(&key.as_str());
+                out.child(key)
+            }
+            Segment::Enum { variant } => out.child(variant),
+            Segment::Unknown => out.child("?"),
+        };
+        in_map = next_in_map;
+    }
+    out
+}
+
+/// Depth, string length, list length and object size, walking no deeper than allowed.
+fn check_bounds(value: &Value, path: &FieldPath, depth: usize) -> Result<(), FieldError> {
+    if depth > MAX_DEPTH {
+        return Err(FieldError::new(
+            path,
+            format!("nesting exceeds the limit of {MAX_DEPTH} levels"),
+        ));
+    }
+    match value {
+        Value::String(s) => {
+            let chars = s.chars().count();
+            if chars > MAX_STRING_CHARS {
+                return Err(FieldError::new(
+                    path,
+                    format!(
+                        "{} has {chars} characters, more than the limit of {MAX_STRING_CHARS}",
+                        quote(s)
+                    ),
+                ));
+            }
+        }
+        Value::Array(items) => {
+            if items.len() > MAX_ARRAY_ITEMS {
+                return Err(FieldError::new(
+                    path,
+                    format!(
+                        "{} entries exceed the limit of {MAX_ARRAY_ITEMS}",
+                        items.len()
+                    ),
+                ));
+            }
+            for (i, item) in items.iter().enumerate() {
+                check_bounds(item, &path.index(i), depth + 1)?;
+            }
+        }
+        Value::Object(map) => {
+            if map.len() > MAX_OBJECT_KEYS {
+                return Err(FieldError::new(
+                    path,
+                    format!("{} keys exceed the limit of {MAX_OBJECT_KEYS}", map.len()),
+                ));
+            }
+            for (key, item) in map {
+                if key.chars().count() > MAX_STRING_CHARS {
+                    return Err(FieldError::new(
+                        path,
+                        format!("key {} is too long", quote(key)),
+                    ));
+                }
+                check_bounds(item, &path.child(key), depth + 1)?;
+            }
+        }
+        Value::Null | Value::Bool(_) | Value::Number(_) => {}
+    }
+    Ok(())
+}
+
+/// Serialised size, stopping as soon as the limit is passed.
+fn check_size(value: &Value) -> Result<(), FieldError> {
+    struct Budget(usize);
+    impl Write for Budget {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0 = self
+                .0
+                .checked_sub(buf.len())
+                .ok_or(io::ErrorKind::FileTooLarge)?;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+    serde_json::to_writer(&mut Budget(MAX_BYTES), value).map_err(|_| {
+        FieldError::new(
+            &FieldPath::root(),
+            format!("is larger than the limit of {MAX_BYTES} bytes"),
+        )
+    })
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::shim::config::types::OptionValue;
+
+    fn header() -> serde_json::Map<String, Value> {
+        let mut map = serde_json::Map::new();
+        map.insert("apiVersion".into(), API_VERSION.into());
+        map.insert("kind".into(), KIND.into());
+        map
+    }
+
+    fn with(field: &str, value: Value) -> Value {
+        let mut map = header();
+        map.insert(field.into(), value);
+        Value::Object(map)
+    }
+
+    fn message(value: Value) -> String {
+        decode(Some(&value)).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn absent_or_null_means_no_shims() {
+        assert_eq!(decode(None).unwrap(), ContainerdShimConfig::empty());
+        assert_eq!(
+            decode(Some(&Value::Null)).unwrap(),
+            ContainerdShimConfig::empty()
+        );
+    }
+
+    #[test]
+    fn decodes_a_full_config() {
+        let value = with(
+            "shims",
+            json!([{
+                "name": "spin",
+                "catalog": {"name": "spin", "version": "v0.22.0"},
+                "runtimeClass": {"handler": "spin", "overhead": {"podFixed": {"cpu": "100m", "memory": 64}},
+                                 "tolerations": [{"key": "k", "operator": "Exists", "effect": "NoSchedule"}]},
+                "options": {"SystemdCgroup": false, "Level": 3, "Path": "/x"},
+                "workerPools": ["a"],
+                "nodeSelector": {"example.com/x": "y"},
+                "podAnnotations": ["example.com/*"]
+            }]),
+        );
+        let config = decode(Some(&value)).unwrap();
+        let shim = &config.shims[0];
+        assert_eq!(shim.options["SystemdCgroup"], OptionValue::Bool(false));
+        assert_eq!(shim.options["Level"], OptionValue::Int(3));
+        assert_eq!(shim.options["Path"], OptionValue::String("/x".into()));
+        let overhead = shim
+            .runtime_class
+            .as_ref()
+            .unwrap()
+            .overhead
+            .as_ref()
+            .unwrap();
+        assert_eq!(overhead.pod_fixed.memory.as_ref().unwrap().0, "64");
+    }
+
+    #[test]
+    fn wrong_api_version_and_kind_are_named() {
+        let mut map = header();
+        map.insert("apiVersion".into(), "example.com/v1".into());
+        map.remove("kind");
+        let text = message(Value::Object(map));
+        assert!(
+            text.contains("providerConfig.apiVersion: \"example.com/v1\" is not supported"),
+            "{text}"
+        );
+        assert!(text.contains("providerConfig.kind: is missing"), "{text}");
+        let text = message(json!(["not", "an", "object"]));
+        assert!(
+            text.contains("providerConfig: expected an object"),
+            "{text}"
+        );
+        let text = message(json!({"apiVersion": 1, "kind": KIND}));
+        assert!(
+            text.contains("providerConfig.apiVersion: expected the string"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected_with_their_path() {
+        let text = message(with("shims", json!([{"name": "spin", "hanlder": "x"}])));
+        assert!(text.contains("providerConfig.shims[0]"), "{text}");
+        assert!(text.contains("unknown field `hanlder`"), "{text}");
+        let text = message(with("extra", json!(1)));
+        assert!(text.contains("unknown field `extra`"), "{text}");
+    }
+
+    #[test]
+    fn type_errors_keep_the_path() {
+        let text = message(with("rollout", json!({"maxConcurrentRestarts": -1})));
+        assert!(
+            text.contains("providerConfig.rollout.maxConcurrentRestarts"),
+            "{text}"
+        );
+        let text = message(with("shims", json!([{"name": "x", "options": {"A": 1.5}}])));
+        assert!(
+            text.contains("providerConfig.shims[0].options[A]"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn oversized_inputs_are_rejected_before_decoding() {
+        let text = message(with("shims", Value::Array(vec![json!({}); 65])));
+        assert!(
+            text.contains("providerConfig.shims: 65 entries exceed"),
+            "{text}"
+        );
+
+        let text = message(with("shims", json!([{"name": "x".repeat(5000)}])));
+        assert!(text.contains("providerConfig.shims[0].name"), "{text}");
+        assert!(text.contains("5000 characters"), "{text}");
+
+        let mut deep = json!(1);
+        for _ in 0..20 {
+            deep = json!([deep]);
+        }
+        let text = message(with("shims", deep));
+        assert!(text.contains("nesting exceeds"), "{text}");
+
+        let many: Vec<Value> = (0..60)
+            .map(|i| json!({"name": format!("s{i}"), "podAnnotations": vec!["a".repeat(1000); 2]}))
+            .collect();
+        let text = message(with("shims", Value::Array(many)));
+        assert!(
+            text.contains("larger than the limit of 65536 bytes"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn yaml_input() {
+        let config = decode_yaml(&format!(
+            "apiVersion: {API_VERSION}\nkind: {KIND}\nshims:\n  - name: spin\n"
+        ))
+        .unwrap();
+        assert_eq!(config.shims[0].name, "spin");
+        let err = decode_yaml("shims: [").unwrap_err();
+        assert!(err.to_string().contains("is not valid YAML"), "{err}");
+        let err = decode_yaml(&"#".repeat(MAX_BYTES + 1)).unwrap_err();
+        assert!(err.to_string().contains("exceed the limit"), "{err}");
+    }
+}

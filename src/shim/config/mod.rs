@@ -1,0 +1,55 @@
+//! The shoot owner's providerConfig and everything needed to turn it into the node
+//! installer's desired set.
+//!
+//! The pipeline, each step pure:
+//!
+//! 1. [`decode::decode`]: `Extension.spec.providerConfig` (JSON) to [`types::ContainerdShimConfig`],
+//!    strictly and within size bounds;
+//! 2. [`validate::validate`]: with the [`catalog::Catalog`] and the Shoot's worker pools to a
+//!    [`validate::ValidatedConfig`], reporting every problem at once;
+//! 3. [`desired::desired_shims`]: with the image vector to the installer's
+//!    [`crate::desired_shims::DesiredShims`].
+//!
+//! Errors of steps 1 and 2 are [`error::ConfigError`]s with `ERR_CONFIGURATION_PROBLEM`; the
+//! actuator reports them and leaves the previously applied bundle alone.
+
+pub mod catalog;
+pub mod decode;
+pub mod desired;
+pub mod error;
+pub mod images;
+pub mod pools;
+pub mod scheduling;
+pub mod schema;
+pub mod syntax;
+pub mod types;
+pub mod validate;
+
+#[cfg(test)]
+mod bad_configs_test;
+#[cfg(test)]
+mod examples_test;
+#[cfg(test)]
+mod properties_test;
+#[cfg(test)]
+mod test_support;
+#[cfg(test)]
+mod valid_configs_test;
+
+pub use catalog::Catalog;
+pub use error::ConfigError;
+pub use types::{API_VERSION, ContainerdShimConfig, KIND};
+pub use validate::ValidatedConfig;
+
+use crate::gardener::api::cluster::Shoot;
+
+/// Decodes and validates a providerConfig in one step: what the actuator calls before
+/// rendering anything.
+pub fn load(
+    provider_config: Option<&serde_json::Value>,
+    catalog: &Catalog,
+    shoot: &Shoot,
+) -> Result<ValidatedConfig, ConfigError> {
+    let config = decode::decode(provider_config)?;
+    validate::validate(&config, catalog, shoot)
+}

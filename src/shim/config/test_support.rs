@@ -1,0 +1,52 @@
+//! Fixtures shared by the config tests.
+
+use serde_json::{Value, json};
+
+use super::catalog::Catalog;
+use super::types::{API_VERSION, KIND};
+use crate::gardener::api::cluster::{Cri, Machine, Shoot, WorkerPool};
+
+pub fn catalog() -> Catalog {
+    Catalog::builtin().unwrap()
+}
+
+/// A Shoot with pools `worker-a` (containerd, amd64), `worker-b` (containerd, arm64) and
+/// `legacy` (another CRI).
+pub fn shoot() -> Shoot {
+    let mut shoot = Shoot::default();
+    shoot.spec.kubernetes.version = "1.33.2".into();
+    shoot.spec.provider.workers = vec![
+        pool("worker-a", None, None),
+        pool("worker-b", Some("containerd"), Some("arm64")),
+        pool("legacy", Some("docker"), None),
+    ];
+    shoot
+}
+
+/// A Shoot with the single pool `worker-a`.
+pub fn single_pool_shoot() -> Shoot {
+    let mut shoot = Shoot::default();
+    shoot.spec.kubernetes.version = "1.33.2".into();
+    shoot.spec.provider.workers = vec![pool("worker-a", None, None)];
+    shoot
+}
+
+pub fn pool(name: &str, cri: Option<&str>, arch: Option<&str>) -> WorkerPool {
+    WorkerPool {
+        name: name.into(),
+        cri: cri.map(|c| Cri { name: c.into() }),
+        machine: Machine {
+            architecture: arch.map(Into::into),
+        },
+        ..WorkerPool::default()
+    }
+}
+
+/// A providerConfig with these shims.
+pub fn config(shims: Value) -> Value {
+    json!({"apiVersion": API_VERSION, "kind": KIND, "shims": shims})
+}
+
+pub fn sha(c: char) -> String {
+    c.to_string().repeat(64)
+}

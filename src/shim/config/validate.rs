@@ -1,0 +1,789 @@
+//! From a decoded providerConfig, the catalog and the Shoot to a [`ValidatedConfig`]: the
+//! single input of rendering, with every default applied and every reference resolved.
+//!
+//! Validation never stops at the first problem: a shoot owner sees everything that is wrong in
+//! one `lastError`, each problem with its field path and value.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::catalog::{self, Catalog, CatalogEntry};
+use super::error::{ConfigError, FieldError, FieldPath, quote};
+use super::pools::{self, SelectedPool};
+use super::scheduling;
+use super::syntax;
+use super::types::{self, ContainerdShimConfig, CustomShim, Shim};
+use crate::desired_shims::{self, Arch, ConfigFile, OptionValue, UrlArtifact};
+use crate::gardener::api::cluster::Shoot;
+
+/// Most shims in one providerConfig.
+pub const MAX_SHIMS: usize = 16;
+/// Most binaries of one custom shim.
+pub const MAX_BINARIES: usize = 8;
+/// Most runtime options of one shim.
+pub const MAX_OPTIONS: usize = 32;
+/// Upper bound of `rollout.maxConcurrentRestarts` (each slot is a Lease in the shoot).
+pub const MAX_CONCURRENT_RESTARTS: u32 = 100;
+
+/// containerd's own runc runtime types; a custom shim must bring its own runtime type.
+const BUILTIN_RUNTIME_TYPES: &[&str] = &["io.containerd.runc.v1", "io.containerd.runc.v2"];
+
+/// A providerConfig that passed validation, with defaults applied.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValidatedConfig {
+    /// The shims, sorted by name.
+    pub shims: Vec<ValidatedShim>,
+    pub rollout: ValidatedRollout,
+    /// The Shoot's Kubernetes version: the image vector's target version.
+    pub kubernetes_version: Option<String>,
+}
+
+/// Rollout settings with defaults applied.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValidatedRollout {
+    pub max_concurrent_restarts: u32,
+    /// The installer DaemonSet's `rollingUpdate.maxUnavailable`.
+    pub max_unavailable: IntOrString,
+}
+
+/// One shim, fully resolved.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValidatedShim {
+    pub name: String,
+    pub origin: ShimOrigin,
+    /// containerd handler and `RuntimeClass.handler`.
+    pub handler: String,
+    pub runtime_class_name: String,
+    pub runtime_type: String,
+    pub version: String,
+    /// The shim binary first.
+    pub binaries: Vec<ValidatedBinary>,
+    pub options: BTreeMap<String, OptionValue>,
+    pub pod_annotations: Vec<String>,
+    pub privileged_without_host_devices: bool,
+    pub config_files: Vec<ConfigFile>,
+    /// `RuntimeClass.overhead.podFixed`; empty for none.
+    pub overhead: BTreeMap<String, Quantity>,
+    /// `RuntimeClass.scheduling.tolerations`.
+    pub tolerations: Vec<core::Toleration>,
+    /// The selected worker pools, sorted; never empty.
+    pub worker_pools: Vec<String>,
+    /// The shoot owner's extra node selector.
+    pub node_selector: BTreeMap<String, String>,
+    /// The node architectures of the selected pools.
+    pub architectures: BTreeSet<Arch>,
+}
+
+/// Where a shim's definition came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ShimOrigin {
+    Catalog { entry: String },
+    Custom,
+}
+
+/// A binary and its source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ValidatedBinary {
+    pub name: String,
+    pub source: ValidatedSource,
+}
+
+/// Where a binary comes from, before image-vector resolution.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ValidatedSource {
+    /// A catalog image, by image-vector name; resolved when the desired set is built.
+    CatalogImage { image_name: String, path: String },
+    /// A shoot owner's image reference.
+    Image {
+        image: String,
+        path: String,
+        sha256: BTreeMap<Arch, String>,
+    },
+    /// Downloads per architecture.
+    Url {
+        artifacts: BTreeMap<Arch, UrlArtifact>,
+    },
+}
+
+/// Validates `config` against the catalog and the Shoot's worker pools.
+pub fn validate(
+    config: &ContainerdShimConfig,
+    catalog: &Catalog,
+    shoot: &Shoot,
+) -> Result<ValidatedConfig, ConfigError> {
+    let root = FieldPath::root();
+    let mut errors = Vec::new();
+    if config.shims.len() > MAX_SHIMS {
+        errors.push(FieldError::new(
+            &root.child("shims"),
+            format!(
+                "{} entries exceed the limit of {MAX_SHIMS}",
+                config.shims.len()
+            ),
+        ));
+    }
+    let mut names: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut handlers: BTreeMap<String, usize> = BTreeMap::new();
+    let mut classes: BTreeMap<String, usize> = BTreeMap::new();
+    let mut shims = Vec::new();
+    for (i, shim) in config.shims.iter().enumerate() {
+        let path = root.child("shims").index(i);
+        let duplicate = names.get(shim.name.as_str()).copied();
+        if let Some(first) = duplicate {
+            errors.push(FieldError::invalid(
+                &path.child("name"),
+                &shim.name,
+                format!("is already the name of shims[{first}]"),
+            ));
+        } else {
+            names.insert(&shim.name, i);
+        }
+        let validated = validate_shim(shim, catalog, shoot, &path, &mut errors);
+        // A repeated name usually repeats the defaults too; its handler and class clashes
+        // would only restate the same mistake.
+        let Some(validated) = validated.filter(|_| duplicate.is_none()) else {
+            continue;
+        };
+        let rc_path = path.child("runtimeClass");
+        match handlers.get(&validated.handler) {
+            Some(first) => errors.push(FieldError::invalid(
+                &rc_path.child("handler"),
+                &validated.handler,
+                format!(
+                    "is already the handler of shims[{first}]; set a different runtimeClass.handler"
+                ),
+            )),
+            None => {
+                handlers.insert(validated.handler.clone(), i);
+            }
+        }
+        match classes.get(&validated.runtime_class_name) {
+            Some(first) => errors.push(FieldError::invalid(
+                &rc_path.child("name"),
+                &validated.runtime_class_name,
+                format!("is already the RuntimeClass of shims[{first}]; set a different runtimeClass.name"),
+            )),
+            None => {
+                classes.insert(validated.runtime_class_name.clone(), i);
+            }
+        }
+        shims.push(validated);
+    }
+    let rollout = validate_rollout(config.rollout.as_ref(), &root.child("rollout"), &mut errors);
+    if !errors.is_empty() {
+        return Err(ConfigError { errors });
+    }
+    shims.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(ValidatedConfig {
+        shims,
+        rollout,
+        kubernetes_version: Some(shoot.spec.kubernetes.version.clone()).filter(|v| !v.is_empty()),
+    })
+}
+
+/// The definition a shim resolves to.
+enum Source<'a> {
+    Catalog {
+        entry_name: &'a str,
+        entry: &'a CatalogEntry,
+        version: String,
+    },
+    Custom(&'a CustomShim),
+}
+
+/// Validates one shim; `None` when it is too broken to resolve (its errors are recorded).
+fn validate_shim(
+    shim: &Shim,
+    catalog: &Catalog,
+    shoot: &Shoot,
+    path: &FieldPath,
+    errors: &mut Vec<FieldError>,
+) -> Option<ValidatedShim> {
+    let before = errors.len();
+    if let Err(problem) = syntax::dns1123_label(&shim.name) {
+        errors.push(FieldError::invalid(
+            &path.child("name"),
+            &shim.name,
+            problem,
+        ));
+    }
+    let source = resolve_source(shim, catalog, path, errors);
+    let pools = pools::select(
+        shim.worker_pools.as_deref(),
+        shoot,
+        &path.child("workerPools"),
+        errors,
+    );
+    let node_selector =
+        scheduling::node_selector(&shim.node_selector, &path.child("nodeSelector"), errors);
+    let rc = shim.runtime_class.clone().unwrap_or_default();
+    let rc_path = path.child("runtimeClass");
+    let tolerations =
+        scheduling::tolerations(&rc.tolerations, &rc_path.child("tolerations"), errors);
+    if let Some(name) = &rc.name
+        && let Err(problem) = syntax::dns1123_subdomain(name)
+    {
+        errors.push(FieldError::invalid(&rc_path.child("name"), name, problem));
+    }
+    if let Some(handler) = &rc.handler
+        && let Err(problem) = catalog::handler(handler)
+    {
+        errors.push(FieldError::invalid(
+            &rc_path.child("handler"),
+            handler,
+            problem,
+        ));
+    }
+    let source = source?;
+
+    let (default_handler, default_class) = match &source {
+        Source::Catalog { entry, .. } => (entry.handler.clone(), entry.runtime_class_name.clone()),
+        Source::Custom(_) => (shim.name.clone(), shim.name.clone()),
+    };
+    let handler = rc.handler.clone().unwrap_or(default_handler);
+    if rc.handler.is_none()
+        && matches!(source, Source::Custom(_))
+        && let Err(problem) = catalog::handler(&handler)
+    {
+        errors.push(FieldError::invalid(
+            &path.child("name"),
+            &handler,
+            format!(
+                "is the default handler of this custom shim but {problem}; set runtimeClass.handler"
+            ),
+        ));
+    }
+    let runtime_class_name = rc.name.clone().unwrap_or(default_class);
+
+    let options = options(shim, &source, &path.child("options"), errors);
+    let architectures = pools::architectures(&pools);
+    let overhead = scheduling::overhead(
+        rc.overhead.as_ref(),
+        match &source {
+            Source::Catalog { entry, .. } => entry.overhead.as_ref(),
+            Source::Custom(_) => None,
+        },
+        &rc_path.child("overhead"),
+        errors,
+    );
+    let default_annotations: &[String] = match &source {
+        Source::Catalog { entry, .. } => &entry.pod_annotations,
+        Source::Custom(_) => &[],
+    };
+    let pod_annotations = scheduling::pod_annotations(
+        shim.pod_annotations.as_deref(),
+        default_annotations,
+        &path.child("podAnnotations"),
+        errors,
+    );
+
+    let validated = match source {
+        Source::Catalog {
+            entry_name,
+            entry,
+            version,
+        } => {
+            check_catalog_architectures(entry_name, entry, &pools, errors);
+            let image_name = entry
+                .versions
+                .get(&version)
+                .map(|v| v.image.clone())
+                .unwrap_or_default();
+            ValidatedShim {
+                name: shim.name.clone(),
+                origin: ShimOrigin::Catalog {
+                    entry: entry_name.to_owned(),
+                },
+                handler,
+                runtime_class_name,
+                runtime_type: entry.runtime_type.clone(),
+                version,
+                binaries: entry
+                    .binaries
+                    .iter()
+                    .map(|b| ValidatedBinary {
+                        name: b.name.clone(),
+                        source: ValidatedSource::CatalogImage {
+                            image_name: image_name.clone(),
+                            path: b.path.clone(),
+                        },
+                    })
+                    .collect(),
+                options,
+                pod_annotations,
+                privileged_without_host_devices: entry.privileged_without_host_devices,
+                config_files: entry
+                    .config_files
+                    .iter()
+                    .map(|f| ConfigFile {
+                        name: f.name.clone(),
+                        content: f.content.clone(),
+                    })
+                    .collect(),
+                overhead,
+                tolerations,
+                worker_pools: sorted_pool_names(&pools),
+                node_selector,
+                architectures,
+            }
+        }
+        Source::Custom(custom) => {
+            let custom_path = path.child("custom");
+            let binaries = custom_binaries(custom, &custom_path, &pools, errors);
+            ValidatedShim {
+                name: shim.name.clone(),
+                origin: ShimOrigin::Custom,
+                handler,
+                runtime_class_name,
+                runtime_type: custom.runtime_type.clone(),
+                version: custom.version.clone(),
+                binaries,
+                options,
+                pod_annotations,
+                privileged_without_host_devices: custom.privileged_without_host_devices,
+                config_files: Vec::new(),
+                overhead,
+                tolerations,
+                worker_pools: sorted_pool_names(&pools),
+                node_selector,
+                architectures,
+            }
+        }
+    };
+    (errors.len() == before).then_some(validated)
+}
+
+fn sorted_pool_names(pools: &[SelectedPool]) -> Vec<String> {
+    let mut names: Vec<String> = pools.iter().map(|p| p.name.clone()).collect();
+    names.sort();
+    names
+}
+
+/// Resolves `catalog`/`custom`/name to a definition.
+fn resolve_source<'a>(
+    shim: &'a Shim,
+    catalog: &'a Catalog,
+    path: &FieldPath,
+    errors: &mut Vec<FieldError>,
+) -> Option<Source<'a>> {
+    let known = || catalog.names().join(", ");
+    match (&shim.catalog, &shim.custom) {
+        (Some(_), Some(_)) => {
+            errors.push(FieldError::new(
+                path,
+                "sets both catalog and custom; choose one",
+            ));
+            None
+        }
+        (None, Some(custom)) => {
+            validate_custom_header(custom, &path.child("custom"), errors);
+            Some(Source::Custom(custom))
+        }
+        (reference, None) => {
+            let (entry_name, name_path) = match reference {
+                Some(r) => (r.name.as_str(), path.child("catalog").child("name")),
+                None => (shim.name.as_str(), path.child("name")),
+            };
+            let Some((entry_name, entry)) = catalog.shims.get_key_value(entry_name) else {
+                let hint = if reference.is_none() {
+                    "; set custom for a shim that is not in the catalog"
+                } else {
+                    ""
+                };
+                errors.push(FieldError::invalid(
+                    &name_path,
+                    entry_name,
+                    format!("is not in the shim catalog (catalog: {}){hint}", known()),
+                ));
+                return None;
+            };
+            let version = match reference.as_ref().and_then(|r| r.version.as_ref()) {
+                None => entry.default_version.clone(),
+                Some(version) if entry.versions.contains_key(version) => version.clone(),
+                Some(version) => {
+                    let offered: Vec<&str> = entry.versions.keys().map(String::as_str).collect();
+                    errors.push(FieldError::invalid(
+                        &path.child("catalog").child("version"),
+                        version,
+                        format!(
+                            "is not a version of catalog shim {} (versions: {})",
+                            quote(entry_name),
+                            offered.join(", ")
+                        ),
+                    ));
+                    return None;
+                }
+            };
+            Some(Source::Catalog {
+                entry_name,
+                entry,
+                version,
+            })
+        }
+    }
+}
+
+/// `runtimeType` and `version` of a custom shim.
+fn validate_custom_header(custom: &CustomShim, path: &FieldPath, errors: &mut Vec<FieldError>) {
+    let at = path.child("runtimeType");
+    if let Err(problem) = syntax::runtime_type(&custom.runtime_type) {
+        errors.push(FieldError::invalid(&at, &custom.runtime_type, problem));
+    } else if BUILTIN_RUNTIME_TYPES.contains(&custom.runtime_type.as_str()) {
+        errors.push(FieldError::invalid(
+            &at,
+            &custom.runtime_type,
+            "is containerd's built-in runc runtime; a custom shim needs its own runtime type",
+        ));
+    }
+    if let Err(problem) = syntax::version(&custom.version) {
+        errors.push(FieldError::invalid(
+            &path.child("version"),
+            &custom.version,
+            problem,
+        ));
+    }
+}
+
+/// The binaries of a custom shim, checked against the architectures of the selected pools.
+fn custom_binaries(
+    custom: &CustomShim,
+    path: &FieldPath,
+    pools: &[SelectedPool],
+    errors: &mut Vec<FieldError>,
+) -> Vec<ValidatedBinary> {
+    let list = path.child("binaries");
+    if custom.binaries.is_empty() {
+        errors.push(FieldError::new(
+            &list,
+            "[] must list at least one binary (the shim first)",
+        ));
+    }
+    if custom.binaries.len() > MAX_BINARIES {
+        errors.push(FieldError::new(
+            &list,
+            format!(
+                "{} entries exceed the limit of {MAX_BINARIES}",
+                custom.binaries.len()
+            ),
+        ));
+    }
+    let mut out = Vec::new();
+    for (j, binary) in custom.binaries.iter().enumerate() {
+        let at = list.index(j);
+        if let Err(problem) = syntax::file_name(&binary.name) {
+            errors.push(FieldError::invalid(
+                &at.child("name"),
+                &binary.name,
+                problem,
+            ));
+        } else if custom.binaries[..j].iter().any(|b| b.name == binary.name) {
+            errors.push(FieldError::invalid(
+                &at.child("name"),
+                &binary.name,
+                "is listed twice",
+            ));
+        }
+        let source = match (&binary.image, &binary.url) {
+            (Some(_), Some(_)) => {
+                errors.push(FieldError::new(&at, "sets both image and url; choose one"));
+                None
+            }
+            (None, None) => {
+                errors.push(FieldError::new(
+                    &at,
+                    "sets neither image nor url; choose one",
+                ));
+                None
+            }
+            (Some(image), None) => image_source(image, &at.child("image"), errors),
+            (None, Some(url)) => url_source(url, &at.child("url"), pools, errors),
+        };
+        if let Some(source) = source {
+            out.push(ValidatedBinary {
+                name: binary.name.clone(),
+                source,
+            });
+        }
+    }
+    out
+}
+
+fn image_source(
+    image: &types::ImageFile,
+    path: &FieldPath,
+    errors: &mut Vec<FieldError>,
+) -> Option<ValidatedSource> {
+    let before = errors.len();
+    if let Err(problem) = syntax::image_reference(&image.reference) {
+        errors.push(FieldError::invalid(
+            &path.child("ref"),
+            &image.reference,
+            problem,
+        ));
+    }
+    if let Err(problem) = syntax::absolute_path(&image.path) {
+        errors.push(FieldError::invalid(
+            &path.child("path"),
+            &image.path,
+            problem,
+        ));
+    }
+    let mut sha256 = BTreeMap::new();
+    let digests = image.sha256.clone().unwrap_or_default();
+    for (arch, digest) in [(Arch::Amd64, &digests.amd64), (Arch::Arm64, &digests.arm64)] {
+        let Some(digest) = digest else { continue };
+        match syntax::sha256_hex(digest) {
+            Ok(()) => {
+                sha256.insert(arch, digest.clone());
+            }
+            Err(problem) => errors.push(FieldError::invalid(
+                &path.child("sha256").child(arch.as_str()),
+                digest,
+                problem,
+            )),
+        }
+    }
+    (errors.len() == before).then(|| ValidatedSource::Image {
+        image: image.reference.clone(),
+        path: image.path.clone(),
+        sha256,
+    })
+}
+
+fn url_source(
+    url: &types::UrlFile,
+    path: &FieldPath,
+    pools: &[SelectedPool],
+    errors: &mut Vec<FieldError>,
+) -> Option<ValidatedSource> {
+    let before = errors.len();
+    let mut artifacts = BTreeMap::new();
+    for (arch, artifact) in [(Arch::Amd64, &url.amd64), (Arch::Arm64, &url.arm64)] {
+        let Some(artifact) = artifact else { continue };
+        let at = path.child(arch.as_str());
+        if let Err(problem) = syntax::https_url(&artifact.url) {
+            errors.push(FieldError::invalid(
+                &at.child("url"),
+                &artifact.url,
+                problem,
+            ));
+        }
+        if let Err(problem) = syntax::sha256_hex(&artifact.sha256) {
+            errors.push(FieldError::invalid(
+                &at.child("sha256"),
+                &artifact.sha256,
+                problem,
+            ));
+        }
+        artifacts.insert(
+            arch,
+            UrlArtifact {
+                url: artifact.url.clone(),
+                sha256: artifact.sha256.clone(),
+            },
+        );
+    }
+    if artifacts.is_empty() {
+        errors.push(FieldError::new(
+            path,
+            "{} must give a download for at least one architecture (amd64, arm64)",
+        ));
+    }
+    for pool in pools {
+        if !artifacts.is_empty() && !artifacts.contains_key(&pool.arch) {
+            errors.push(FieldError::new(
+                path,
+                format!(
+                    "has no {} download, but worker pool {} runs {}",
+                    pool.arch.as_str(),
+                    quote(&pool.name),
+                    pool.arch.as_str()
+                ),
+            ));
+        }
+    }
+    (errors.len() == before).then_some(ValidatedSource::Url { artifacts })
+}
+
+/// Catalog entries list the architectures their images have binaries for.
+fn check_catalog_architectures(
+    entry_name: &str,
+    entry: &CatalogEntry,
+    pools: &[SelectedPool],
+    errors: &mut Vec<FieldError>,
+) {
+    for pool in pools {
+        if !entry.architectures.contains(&pool.arch) {
+            let supported: Vec<&str> = entry.architectures.iter().map(|a| a.as_str()).collect();
+            errors.push(FieldError::new(
+                &pool.path,
+                format!(
+                    "worker pool {} runs {}, which catalog shim {} does not support (supported: {})",
+                    quote(&pool.name),
+                    pool.arch.as_str(),
+                    quote(entry_name),
+                    supported.join(", ")
+                ),
+            ));
+        }
+    }
+}
+
+/// The runtime options: catalog defaults overlaid with the shoot owner's, restricted to what
+/// the shim accepts; or a custom shim's options as given.
+fn options(
+    shim: &Shim,
+    source: &Source<'_>,
+    path: &FieldPath,
+    errors: &mut Vec<FieldError>,
+) -> BTreeMap<String, OptionValue> {
+    if shim.options.len() > MAX_OPTIONS {
+        errors.push(FieldError::new(
+            path,
+            format!(
+                "{} entries exceed the limit of {MAX_OPTIONS}",
+                shim.options.len()
+            ),
+        ));
+    }
+    let mut out = BTreeMap::new();
+    if let Source::Catalog { entry, .. } = source {
+        for (key, spec) in &entry.options {
+            if let Some(default) = &spec.default {
+                out.insert(key.clone(), to_desired(default));
+            }
+        }
+    }
+    for (key, value) in &shim.options {
+        let at = path.key(key);
+        match source {
+            Source::Catalog {
+                entry_name, entry, ..
+            } => {
+                let Some(spec) = entry.options.get(key) else {
+                    let settable = entry.settable_options();
+                    errors.push(FieldError::invalid(
+                        &at,
+                        key,
+                        format!(
+                            "is not an option of catalog shim {} (settable: {})",
+                            quote(entry_name),
+                            if settable.is_empty() {
+                                "none".to_owned()
+                            } else {
+                                settable.join(", ")
+                            }
+                        ),
+                    ));
+                    continue;
+                };
+                if spec.fixed {
+                    errors.push(FieldError::invalid(
+                        &at,
+                        key,
+                        format!(
+                            "is set by the catalog for {} and cannot be changed",
+                            quote(entry_name)
+                        ),
+                    ));
+                    continue;
+                }
+                if !spec.kind.matches(value) {
+                    errors.push(FieldError::new(
+                        &at,
+                        format!("{} must be {}", render(value), spec.kind.noun()),
+                    ));
+                    continue;
+                }
+            }
+            Source::Custom(_) => {
+                if let Err(problem) = syntax::option_key(key) {
+                    errors.push(FieldError::invalid(&at, key, problem));
+                    continue;
+                }
+            }
+        }
+        if let types::OptionValue::String(s) = value
+            && let Err(problem) = syntax::option_string(s)
+        {
+            errors.push(FieldError::invalid(&at, s, problem));
+            continue;
+        }
+        out.insert(key.clone(), to_desired(value));
+    }
+    out
+}
+
+fn to_desired(value: &types::OptionValue) -> OptionValue {
+    match value {
+        types::OptionValue::Bool(b) => OptionValue::Bool(*b),
+        types::OptionValue::Int(i) => OptionValue::Int(*i),
+        types::OptionValue::String(s) => OptionValue::String(s.clone()),
+    }
+}
+
+/// An option value as the shoot owner wrote it.
+fn render(value: &types::OptionValue) -> String {
+    match value {
+        types::OptionValue::Bool(b) => b.to_string(),
+        types::OptionValue::Int(i) => i.to_string(),
+        types::OptionValue::String(s) => quote(s),
+    }
+}
+
+fn validate_rollout(
+    rollout: Option<&types::Rollout>,
+    path: &FieldPath,
+    errors: &mut Vec<FieldError>,
+) -> ValidatedRollout {
+    let rollout = rollout.cloned().unwrap_or_default();
+    let max_concurrent_restarts = rollout.max_concurrent_restarts.unwrap_or(1);
+    if !(1..=MAX_CONCURRENT_RESTARTS).contains(&max_concurrent_restarts) {
+        errors.push(FieldError::new(
+            &path.child("maxConcurrentRestarts"),
+            format!("{max_concurrent_restarts} must be between 1 and {MAX_CONCURRENT_RESTARTS}"),
+        ));
+    }
+    let max_unavailable = rollout.max_unavailable.unwrap_or(IntOrString::Int(1));
+    let at = path.child("maxUnavailable");
+    match &max_unavailable {
+        IntOrString::Int(n) if *n < 1 => {
+            errors.push(FieldError::new(&at, format!("{n} must be at least 1")))
+        }
+        IntOrString::Int(_) => {}
+        IntOrString::String(s) => {
+            let percent = s
+                .strip_suffix('%')
+                .filter(|digits| !digits.is_empty() && digits.len() <= 3)
+                .and_then(|digits| digits.parse::<u32>().ok());
+            if !percent.is_some_and(|p| (1..=100).contains(&p)) {
+                errors.push(FieldError::invalid(
+                    &at,
+                    s,
+                    "must be a count of at least 1 or a percentage from 1% to 100%",
+                ));
+            }
+        }
+    }
+    ValidatedRollout {
+        max_concurrent_restarts,
+        max_unavailable,
+    }
+}
+
+impl ValidatedConfig {
+    /// The shim with this name.
+    pub fn shim(&self, name: &str) -> Option<&ValidatedShim> {
+        self.shims.iter().find(|s| s.name == name)
+    }
+
+    /// The desired-set rollout.
+    pub fn desired_rollout(&self) -> desired_shims::Rollout {
+        desired_shims::Rollout {
+            max_concurrent_restarts: self.rollout.max_concurrent_restarts,
+        }
+    }
+}
