@@ -2,6 +2,7 @@
 //! for Rust extensions. Nothing in here knows about containerd shims.
 
 pub mod api;
-pub mod error_codes;
-pub mod imagevector;
 pub mod cache;
+pub mod error_codes;
+pub mod extension;
+pub mod imagevector;

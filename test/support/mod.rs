@@ -7,6 +7,10 @@
 
 #![allow(dead_code)] // each test crate uses a different part of the support code
 
+pub mod actuator;
+pub mod controller;
+pub mod gardenlet;
+pub mod history;
 pub mod objects;
 pub mod poll;
 
@@ -20,7 +24,8 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 
 /// How to start what a test needs, named in every failure.
-pub const START_HINT: &str = "start it with `make control-plane` (and keep it running), or run all tests with `make test`";
+pub const START_HINT: &str =
+    "start it with `make control-plane` (and keep it running), or run all tests with `make test`";
 
 /// The running control plane, as described by the `env` file `hack/control-plane.sh` writes.
 #[derive(Clone, Debug)]
@@ -51,13 +56,13 @@ impl Env {
                 file.display()
             )
         });
-        let vars: BTreeMap<&str, &str> = text
-            .lines()
-            .filter_map(|l| l.split_once('='))
-            .collect();
+        let vars: BTreeMap<&str, &str> = text.lines().filter_map(|l| l.split_once('=')).collect();
         let path = |key: &str| -> PathBuf {
             PathBuf::from(vars.get(key).unwrap_or_else(|| {
-                panic!("{} has no {key}; restart the control plane: {START_HINT}", file.display())
+                panic!(
+                    "{} has no {key}; restart the control plane: {START_HINT}",
+                    file.display()
+                )
             }))
         };
         Env {
@@ -96,7 +101,10 @@ impl Clusters {
         let shoot = client_from(&env.shoot_kubeconfig).await;
         for (name, client) in [("seed", &seed), ("shoot", &shoot)] {
             if let Err(e) = client.apiserver_version().await {
-                panic!("the {name} kube-apiserver of the control plane in {} does not answer: {e}; {START_HINT}", env.dir.display());
+                panic!(
+                    "the {name} kube-apiserver of the control plane in {} does not answer: {e}; {START_HINT}",
+                    env.dir.display()
+                );
             }
         }
         Clusters { env, seed, shoot }
@@ -122,7 +130,13 @@ pub fn unique_name(prefix: &str) -> String {
     let prefix: String = prefix
         .to_lowercase()
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
         .take(max_prefix)
         .collect();
     format!("{}-{suffix}", prefix.trim_end_matches('-'))
@@ -133,7 +147,12 @@ pub async fn create_namespace(client: &Client, name: &str, labels: &[(&str, &str
     let ns = Namespace {
         metadata: ObjectMeta {
             name: Some(name.to_string()),
-            labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
             ..Default::default()
         },
         ..Default::default()

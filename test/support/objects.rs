@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use gardener_extension_containerd_shim::gardener::api::{Cluster, ClusterSpec, Extension, ExtensionSpec};
+use gardener_extension_containerd_shim::gardener::api::{
+    Cluster, ClusterSpec, Extension, ExtensionSpec,
+};
 use kube::api::ObjectMeta;
 use serde_json::{Value, json};
 
@@ -35,7 +37,9 @@ pub fn cluster(namespace: &str, shoot: Value) -> Cluster {
         namespace,
         ClusterSpec {
             cloud_profile: json!({"apiVersion": "core.gardener.cloud/v1beta1", "kind": "CloudProfile", "metadata": {"name": "local"}}),
-            seed: Some(json!({"apiVersion": "core.gardener.cloud/v1beta1", "kind": "Seed", "metadata": {"name": "local"}})),
+            seed: Some(
+                json!({"apiVersion": "core.gardener.cloud/v1beta1", "kind": "Seed", "metadata": {"name": "local"}}),
+            ),
             shoot,
         },
     )

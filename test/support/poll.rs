@@ -24,7 +24,9 @@ where
             Ok(value) => return value,
             Err(last) => {
                 if tokio::time::Instant::now() >= deadline {
-                    panic!("timed out after {timeout:?} waiting for {what}; last observed: {last:?}");
+                    panic!(
+                        "timed out after {timeout:?} waiting for {what}; last observed: {last:?}"
+                    );
                 }
             }
         }

@@ -1,0 +1,271 @@
+//! Which watch events start a reconcile (gardener-contract.md §1.3–1.4).
+//!
+//! Retries never pass through here: error backoff and resync requeues go straight to the
+//! queue, exactly as controller-runtime's work-queue bypasses predicates.
+
+use crate::gardener::api::{Extension, OperationState, Shoot, operation};
+
+use super::operation::operation_annotation;
+
+/// How the reconciler is triggered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TriggerMode {
+    /// Production default: act on gardenlet's operation annotation, deletions and unfinished
+    /// operations.
+    OperationAnnotation,
+    /// `--ignore-operation-annotation`: act on every spec change (generation).
+    GenerationChanged,
+}
+
+/// `HasType` and `HasClass`: the object is ours at all. An empty class list means `shoot`.
+pub fn is_ours(ext: &Extension, extension_type: &str, classes: &[String]) -> bool {
+    if ext.spec.type_ != extension_type {
+        return false;
+    }
+    let class = ext.class_or_default();
+    if classes.is_empty() || (classes.len() == 1 && classes[0].is_empty()) {
+        return class == crate::gardener::api::extension::DEFAULT_CLASS;
+    }
+    classes.iter().any(|c| c == class)
+}
+
+fn has_acting_annotation(ext: &Extension) -> bool {
+    matches!(
+        operation_annotation(ext),
+        Some(operation::RECONCILE | operation::RESTORE | operation::MIGRATE)
+    )
+}
+
+/// A create event, which includes every object of the initial list at start-up.
+pub fn admit_create(ext: &Extension, mode: TriggerMode) -> bool {
+    match mode {
+        TriggerMode::GenerationChanged => true,
+        TriggerMode::OperationAnnotation => {
+            has_acting_annotation(ext)
+                || ext.metadata.deletion_timestamp.is_some()
+                || ext
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.last_operation.as_ref())
+                    .is_none_or(|l| l.state != OperationState::Succeeded)
+        }
+    }
+}
+
+/// An update event. Status-only changes, finalizer changes and annotation removals never pass,
+/// so the reconciler's own writes do not trigger it again.
+pub fn admit_update(old: &Extension, new: &Extension, mode: TriggerMode) -> bool {
+    match mode {
+        TriggerMode::GenerationChanged => {
+            // Deliberate difference from Gardener (§1.4 ⚠): a migrate or restore annotation does
+            // not change the generation, yet gardenlet waits for it to be processed.
+            old.metadata.generation != new.metadata.generation
+                || (operation_annotation(old) != operation_annotation(new)
+                    && matches!(
+                        operation_annotation(new),
+                        Some(operation::MIGRATE | operation::RESTORE)
+                    ))
+        }
+        TriggerMode::OperationAnnotation => {
+            has_acting_annotation(new)
+                || (new.metadata.deletion_timestamp.is_some() && old.status == new.status)
+        }
+    }
+}
+
+/// `ShootNotFailedPredicate` for create and update events. `cluster` is `None` outside shoot
+/// namespaces; inside one it is the Cluster lookup: `Err` when the Cluster is missing or its
+/// Shoot cannot be decoded, which drops the event like Gardener does.
+pub fn shoot_not_failed<E>(cluster: Option<Result<Option<&Shoot>, E>>) -> bool {
+    match cluster {
+        None => true,
+        Some(Err(_)) => false,
+        Some(Ok(shoot)) => !shoot.is_some_and(Shoot::is_failed),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gardener::api::{
+        ExtensionSpec, ExtensionStatus, LastOperation, OPERATION_ANNOTATION, OperationType,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn ext(type_: &str, class: Option<&str>) -> Extension {
+        Extension::new(
+            "x",
+            ExtensionSpec {
+                type_: type_.into(),
+                class: class.map(str::to_string),
+                provider_config: None,
+            },
+        )
+    }
+
+    fn with_state(mut e: Extension, state: Option<OperationState>) -> Extension {
+        e.status = Some(ExtensionStatus {
+            last_operation: state.map(|state| LastOperation {
+                description: "d".into(),
+                last_update_time: Time(jiff::Timestamp::UNIX_EPOCH),
+                progress: 100,
+                state,
+                type_: OperationType::Reconcile,
+            }),
+            ..Default::default()
+        });
+        e
+    }
+
+    fn annotate(mut e: Extension, key: &str, value: &str) -> Extension {
+        e.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(key.into(), value.into());
+        e
+    }
+
+    #[test]
+    fn type_and_class_filter() {
+        let shoot = vec!["shoot".to_string()];
+        assert!(is_ours(
+            &ext("containerd-shim", None),
+            "containerd-shim",
+            &[]
+        ));
+        assert!(is_ours(
+            &ext("containerd-shim", None),
+            "containerd-shim",
+            &shoot
+        ));
+        assert!(is_ours(
+            &ext("containerd-shim", Some("shoot")),
+            "containerd-shim",
+            &[String::new()]
+        ));
+        assert!(!is_ours(
+            &ext("containerd-shim", Some("seed")),
+            "containerd-shim",
+            &shoot
+        ));
+        assert!(!is_ours(&ext("other", None), "containerd-shim", &shoot));
+        let both = vec!["seed".to_string(), "shoot".to_string()];
+        assert!(is_ours(
+            &ext("containerd-shim", Some("seed")),
+            "containerd-shim",
+            &both
+        ));
+    }
+
+    #[test]
+    fn create_admits_unfinished_and_annotated_objects_only() {
+        let m = TriggerMode::OperationAnnotation;
+        let base = ext("t", None);
+        assert!(admit_create(&with_state(base.clone(), None), m));
+        assert!(admit_create(
+            &with_state(base.clone(), Some(OperationState::Processing)),
+            m
+        ));
+        assert!(admit_create(
+            &with_state(base.clone(), Some(OperationState::Error)),
+            m
+        ));
+        let done = with_state(base.clone(), Some(OperationState::Succeeded));
+        assert!(!admit_create(&done, m));
+        assert!(admit_create(
+            &annotate(done.clone(), OPERATION_ANNOTATION, "reconcile"),
+            m
+        ));
+        assert!(!admit_create(
+            &annotate(done.clone(), OPERATION_ANNOTATION, "wait-for-state"),
+            m
+        ));
+        assert!(admit_create(&done, TriggerMode::GenerationChanged));
+    }
+
+    #[test]
+    fn updates_ignore_status_finalizer_and_annotation_removal() {
+        let m = TriggerMode::OperationAnnotation;
+        let old = with_state(ext("t", None), Some(OperationState::Succeeded));
+        let mut status_only = old.clone();
+        status_only
+            .status
+            .as_mut()
+            .unwrap()
+            .last_operation
+            .as_mut()
+            .unwrap()
+            .description = "new".into();
+        assert!(!admit_update(&old, &status_only, m));
+        let mut finalized = old.clone();
+        finalized.metadata.finalizers = Some(vec!["f".into()]);
+        assert!(!admit_update(&old, &finalized, m));
+        let annotated = annotate(old.clone(), OPERATION_ANNOTATION, "reconcile");
+        assert!(admit_update(&old, &annotated, m));
+        assert!(
+            !admit_update(&annotated, &old, m),
+            "removing the annotation must not trigger"
+        );
+        assert!(!admit_update(
+            &old,
+            &annotate(old.clone(), "unrelated", "x"),
+            m
+        ));
+    }
+
+    #[test]
+    fn updates_during_deletion_pass_unless_only_the_status_changed() {
+        let m = TriggerMode::OperationAnnotation;
+        let mut old = with_state(ext("t", None), Some(OperationState::Succeeded));
+        old.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+        let touched = annotate(old.clone(), "gardener.cloud/timestamp", "now");
+        assert!(admit_update(&old, &touched, m));
+        let mut status_only = old.clone();
+        status_only
+            .status
+            .as_mut()
+            .unwrap()
+            .last_operation
+            .as_mut()
+            .unwrap()
+            .state = OperationState::Processing;
+        assert!(!admit_update(&old, &status_only, m));
+    }
+
+    #[test]
+    fn generation_mode_admits_spec_changes_and_migrate_restore() {
+        let m = TriggerMode::GenerationChanged;
+        let mut old = ext("t", None);
+        old.metadata.generation = Some(1);
+        let mut newer = old.clone();
+        newer.metadata.generation = Some(2);
+        assert!(admit_update(&old, &newer, m));
+        assert!(!admit_update(
+            &old,
+            &annotate(old.clone(), OPERATION_ANNOTATION, "reconcile"),
+            m
+        ));
+        assert!(admit_update(
+            &old,
+            &annotate(old.clone(), OPERATION_ANNOTATION, "migrate"),
+            m
+        ));
+    }
+
+    #[test]
+    fn failed_shoots_and_missing_clusters_drop_events() {
+        let mut failed = Shoot::default();
+        failed.status.last_operation = Some(LastOperation {
+            description: String::new(),
+            last_update_time: Time(jiff::Timestamp::UNIX_EPOCH),
+            progress: 0,
+            state: OperationState::Failed,
+            type_: OperationType::Reconcile,
+        });
+        assert!(shoot_not_failed::<()>(None));
+        assert!(!shoot_not_failed::<()>(Some(Err(()))));
+        assert!(!shoot_not_failed::<()>(Some(Ok(Some(&failed)))));
+        assert!(shoot_not_failed::<()>(Some(Ok(Some(&Shoot::default())))));
+        assert!(shoot_not_failed::<()>(Some(Ok(None))));
+    }
+}

@@ -1,0 +1,698 @@
+//! One reconcile of one Extension: the operation-annotation wrapper (§1.5), the decision
+//! procedure (§1.6) and the per-path steps (§1.8), with the status writes of §1.9.
+//!
+//! Order of work: fetch facts (cache, live read on a cache miss) → decide (pure,
+//! [`super::operation::decide`]) → write finalizer and Processing → actuator → write Error or
+//! Success → finalizer and annotation clean-up.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+use crate::gardener::api::{
+    Cluster, Extension, OPERATION_ANNOTATION, OperationType, SHOOT_ROLE_LABEL, SHOOT_ROLE_VALUE,
+    TIMESTAMP_ANNOTATION, operation,
+};
+use crate::gardener::cache::SharedCaches;
+use crate::gardener::error_codes::CodedError;
+
+use super::actuator::{Actuator, ActuatorContext, ClusterInfo, Outcome};
+use super::error::ReconcileError;
+use super::operation::{ClusterFacts, Decision, decide, operation_annotation};
+use super::predicate::TriggerMode;
+use super::status::{self, descriptions as d};
+
+/// Field manager recorded for every write of the reconciler.
+pub const FIELD_MANAGER: &str = "gardener-extension";
+
+/// Settings of the Extension reconciler.
+#[derive(Clone, Debug)]
+pub struct ReconcilerConfig {
+    /// The extension type (`spec.type`) this controller handles; also the finalizer suffix.
+    pub extension_type: String,
+    /// Extension classes handled (`--extension-classes`); empty means `shoot`.
+    pub classes: Vec<String>,
+    /// Requeue after a successful reconcile (`--resync-period`); zero disables it.
+    pub resync: Duration,
+    /// Deadline of one reconcile (Gardener: 3 minutes).
+    pub timeout: Duration,
+    /// What starts a reconcile (`--ignore-operation-annotation`).
+    pub trigger: TriggerMode,
+    /// Reconciles running at the same time (`--max-concurrent-reconciles`).
+    pub max_concurrent: u16,
+    /// Watch only this namespace (tests run many controllers on one API server).
+    pub namespace: Option<String>,
+}
+
+impl ReconcilerConfig {
+    /// Defaults that match Gardener's extension library for `extension_type`.
+    pub fn new(extension_type: &str) -> ReconcilerConfig {
+        ReconcilerConfig {
+            extension_type: extension_type.to_string(),
+            classes: Vec::new(),
+            resync: Duration::from_secs(60 * 60),
+            timeout: Duration::from_secs(3 * 60),
+            trigger: TriggerMode::OperationAnnotation,
+            max_concurrent: 5,
+            namespace: None,
+        }
+    }
+
+    /// `extensions.gardener.cloud/<type>`.
+    pub fn finalizer(&self) -> String {
+        format!("extensions.gardener.cloud/{}", self.extension_type)
+    }
+}
+
+/// Receives one observation per operation; the runtime turns them into metrics.
+pub trait OperationObserver: Send + Sync {
+    /// `operation`: create, reconcile, delete, force_delete, migrate, restore;
+    /// `result`: succeeded, in_progress, error, skipped.
+    fn observe(&self, operation: &'static str, result: &'static str, elapsed: Duration);
+}
+
+/// An observer that records nothing.
+pub struct NoObserver;
+
+impl OperationObserver for NoObserver {
+    fn observe(&self, _: &'static str, _: &'static str, _: Duration) {}
+}
+
+/// Everything a reconcile needs, injected once.
+pub struct Context<A> {
+    pub client: Client,
+    pub actuator: A,
+    pub caches: SharedCaches,
+    pub config: ReconcilerConfig,
+    pub observer: Arc<dyn OperationObserver>,
+    /// Consecutive failures per object, for client-go's per-item exponential backoff.
+    failures: Mutex<HashMap<ObjectRef<Extension>, u32>>,
+}
+
+impl<A> Context<A> {
+    pub fn new(
+        client: Client,
+        actuator: A,
+        caches: SharedCaches,
+        config: ReconcilerConfig,
+        observer: Arc<dyn OperationObserver>,
+    ) -> Context<A> {
+        Context {
+            client,
+            actuator,
+            caches,
+            config,
+            observer,
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn reset_failures(&self, key: &ObjectRef<Extension>) {
+        if let Ok(mut f) = self.failures.lock() {
+            f.remove(key);
+        }
+    }
+
+    /// The delay before retrying a failed object: client-go's per-item exponential backoff
+    /// (5 ms doubling up to 1000 s).
+    pub fn next_backoff(&self, key: &ObjectRef<Extension>) -> Duration {
+        let n = match self.failures.lock() {
+            Ok(mut f) => {
+                let n = f.entry(key.clone()).or_insert(0);
+                *n = n.saturating_add(1);
+                *n
+            }
+            Err(_) => 1,
+        };
+        item_backoff(n)
+    }
+}
+
+/// client-go's `ItemExponentialFailureRateLimiter(5ms, 1000s)` for the n-th failure.
+pub fn item_backoff(failures: u32) -> Duration {
+    let base = Duration::from_millis(5);
+    let max = Duration::from_secs(1000);
+    let exp = failures.saturating_sub(1).min(30);
+    base.checked_mul(1u32 << exp).map_or(max, |d| d.min(max))
+}
+
+/// The operation running when a reconcile hit its deadline, so the timeout can be recorded.
+#[derive(Clone, Copy)]
+struct InFlight {
+    operation: OperationType,
+    error_description: &'static str,
+    generation: i64,
+}
+
+/// Reconciles one Extension under the configured deadline. Never panics on real input: every
+/// failure is a [`ReconcileError`] that the controller retries with backoff.
+pub async fn reconcile<A: Actuator>(
+    ext: Arc<Extension>,
+    ctx: Arc<Context<A>>,
+) -> Result<Action, ReconcileError> {
+    let key = ObjectRef::from_obj(&*ext);
+    let in_flight: Mutex<Option<InFlight>> = Mutex::new(None);
+    let result =
+        tokio::time::timeout(ctx.config.timeout, reconcile_once(&ext, &ctx, &in_flight)).await;
+    match result {
+        Ok(Ok(action)) => {
+            ctx.reset_failures(&key);
+            Ok(action)
+        }
+        Ok(Err(e)) => Err(e),
+        Err(_) => {
+            let running = in_flight.lock().ok().and_then(|g| *g);
+            let after = ctx.config.timeout;
+            if let Some(op) = running {
+                // The actuator's future has been dropped, which cancels it. Record the timeout so
+                // the status never stays Processing with nobody working on it.
+                let cause = format!("reconciliation timed out after {after:?}");
+                let body = status::error(
+                    op.operation,
+                    op.error_description,
+                    &cause,
+                    &[],
+                    op.generation,
+                    &status::now(),
+                );
+                let api = extensions_api(&ctx.client, &ext);
+                let (name, params, patch) = (ext.name_any(), patch_params(), Patch::Merge(&body));
+                let write = tokio::time::timeout(
+                    Duration::from_secs(10),
+                    api.patch_status(&name, &params, &patch),
+                )
+                .await;
+                if !matches!(write, Ok(Ok(_))) {
+                    tracing::error!(object = %key, "could not record the timeout in the status");
+                }
+            }
+            Err(ReconcileError::Timeout {
+                operation: running.map(|r| r.operation),
+                object: key.to_string(),
+                after,
+            })
+        }
+    }
+}
+
+fn patch_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..Default::default()
+    }
+}
+
+fn extensions_api(client: &Client, ext: &Extension) -> Api<Extension> {
+    Api::namespaced(client.clone(), &ext.namespace().unwrap_or_default())
+}
+
+/// The per-reconcile working state: the latest version of the object, updated from the
+/// response of every write so later writes carry the current resourceVersion and generation.
+struct Run<'a, A> {
+    ctx: &'a Context<A>,
+    api: Api<Extension>,
+    ext: Extension,
+    object: String,
+}
+
+impl<A: Actuator> Run<'_, A> {
+    fn name(&self) -> String {
+        self.ext.name_any()
+    }
+
+    fn kube_error(&self, action: &'static str, source: kube::Error) -> ReconcileError {
+        ReconcileError::Kube {
+            action,
+            object: self.object.clone(),
+            source,
+        }
+    }
+
+    async fn patch_meta(
+        &mut self,
+        action: &'static str,
+        body: serde_json::Value,
+    ) -> Result<(), ReconcileError> {
+        match self
+            .api
+            .patch(&self.name(), &patch_params(), &Patch::Merge(&body))
+            .await
+        {
+            Ok(updated) => {
+                self.ext = updated;
+                Ok(())
+            }
+            Err(e) => Err(self.kube_error(action, e)),
+        }
+    }
+
+    async fn patch_status(
+        &mut self,
+        action: &'static str,
+        body: serde_json::Value,
+    ) -> Result<(), ReconcileError> {
+        match self
+            .api
+            .patch_status(&self.name(), &patch_params(), &Patch::Merge(&body))
+            .await
+        {
+            Ok(updated) => {
+                self.ext = updated;
+                Ok(())
+            }
+            Err(e) => Err(self.kube_error(action, e)),
+        }
+    }
+
+    fn has_finalizer(&self, finalizer: &str) -> bool {
+        self.ext.finalizers().iter().any(|f| f == finalizer)
+    }
+
+    /// Adds our finalizer with optimistic locking: a concurrent change of the list makes the
+    /// patch fail with a conflict and the reconcile is retried, so no finalizer is lost.
+    async fn ensure_finalizer(&mut self) -> Result<(), ReconcileError> {
+        let finalizer = self.ctx.config.finalizer();
+        if self.has_finalizer(&finalizer) {
+            return Ok(());
+        }
+        let mut finalizers = self.ext.finalizers().to_vec();
+        finalizers.push(finalizer);
+        let body = json!({"metadata": {"finalizers": finalizers, "resourceVersion": self.ext.resource_version()}});
+        self.patch_meta("add the finalizer to", body).await
+    }
+
+    async fn remove_own_finalizer(&mut self) -> Result<(), ReconcileError> {
+        let finalizer = self.ctx.config.finalizer();
+        if !self.has_finalizer(&finalizer) {
+            return Ok(());
+        }
+        let finalizers: Vec<&String> = self
+            .ext
+            .finalizers()
+            .iter()
+            .filter(|f| **f != finalizer)
+            .collect();
+        let body = json!({"metadata": {"finalizers": finalizers, "resourceVersion": self.ext.resource_version()}});
+        ignore_not_found(self.patch_meta("remove the finalizer from", body).await)
+    }
+
+    async fn remove_all_finalizers(&mut self) -> Result<(), ReconcileError> {
+        ignore_not_found(
+            self.patch_meta(
+                "remove all finalizers from",
+                json!({"metadata": {"finalizers": null}}),
+            )
+            .await,
+        )
+    }
+
+    async fn remove_operation_annotation(&mut self) -> Result<(), ReconcileError> {
+        if operation_annotation(&self.ext).is_none() {
+            return Ok(());
+        }
+        let body = json!({"metadata": {"annotations": {OPERATION_ANNOTATION: null}}});
+        ignore_not_found(
+            self.patch_meta("remove the operation annotation from", body)
+                .await,
+        )
+    }
+
+    /// See [`status::status_time`].
+    fn status_time(&self) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+        status::status_time(
+            self.ext
+                .annotations()
+                .get(TIMESTAMP_ANNOTATION)
+                .map(String::as_str),
+        )
+    }
+
+    fn generation(&self) -> i64 {
+        self.ext.metadata.generation.unwrap_or(0)
+    }
+}
+
+fn ignore_not_found(result: Result<(), ReconcileError>) -> Result<(), ReconcileError> {
+    match result {
+        Err(ReconcileError::Kube {
+            source: kube::Error::Api(status),
+            ..
+        }) if status.code == 404 => Ok(()),
+        other => other,
+    }
+}
+
+/// Which actuator method a path calls.
+#[derive(Clone, Copy)]
+enum Call {
+    Reconcile,
+    Delete,
+    ForceDelete,
+    Migrate,
+    Restore,
+}
+
+/// The texts and steps that differ between the four paths that call the actuator.
+#[derive(Clone, Copy)]
+struct Path {
+    processing: &'static str,
+    error: &'static str,
+    success: &'static str,
+    metric: &'static str,
+}
+
+async fn reconcile_once<A: Actuator>(
+    ext: &Extension,
+    ctx: &Context<A>,
+    in_flight: &Mutex<Option<InFlight>>,
+) -> Result<Action, ReconcileError> {
+    let namespace = ext.namespace().unwrap_or_default();
+    let mut run = Run {
+        ctx,
+        api: extensions_api(&ctx.client, ext),
+        ext: ext.clone(),
+        object: format!("{namespace}/{}", ext.name_any()),
+    };
+
+    // The operation-annotation wrapper.
+    match operation_annotation(&run.ext) {
+        Some(operation::WAIT_FOR_STATE) => {
+            tracing::debug!(object = %run.object, "waiting for gardenlet to restore the state");
+            return Ok(Action::await_change());
+        }
+        // Removed before the actuator runs ("remove as soon as you begin"), without a lock.
+        Some(operation::RECONCILE) => {
+            let body = json!({"metadata": {"annotations": {OPERATION_ANNOTATION: null}}});
+            run.patch_meta("remove the reconcile annotation from", body)
+                .await?;
+        }
+        _ => {}
+    }
+
+    let cluster = lookup_cluster(ctx, &namespace).await?;
+    let facts = match &cluster {
+        None => ClusterFacts::NotShootNamespace,
+        Some(info) => ClusterFacts::Found(info.shoot.as_ref()),
+    };
+    let decision = decide(&run.ext, &facts);
+    tracing::debug!(object = %run.object, ?decision, "decided");
+
+    let started = Instant::now();
+    match decision {
+        Decision::SkipFailedShoot => {
+            tracing::info!(object = %run.object, "Skipping the reconciliation of Extension of failed shoot");
+            ctx.observer
+                .observe("reconcile", "skipped", started.elapsed());
+            Ok(Action::await_change())
+        }
+        Decision::SkipMigrated => {
+            tracing::info!(object = %run.object, "Skipping the operation of a migrated Extension");
+            ctx.observer
+                .observe("reconcile", "skipped", started.elapsed());
+            Ok(Action::await_change())
+        }
+        Decision::Delete { force } => {
+            // Without our finalizer the object was never ours to clean up (or already is).
+            if !run.has_finalizer(&ctx.config.finalizer()) {
+                return Ok(Action::await_change());
+            }
+            let path = Path {
+                processing: d::DELETE_PROCESSING,
+                error: d::DELETE_ERROR,
+                success: d::DELETE_SUCCESS,
+                metric: if force { "force_delete" } else { "delete" },
+            };
+            let call = if force {
+                Call::ForceDelete
+            } else {
+                Call::Delete
+            };
+            let outcome = run_actuator(
+                &mut run,
+                OperationType::Delete,
+                path,
+                call,
+                cluster.as_ref(),
+                in_flight,
+            )
+            .await?;
+            if let Some(action) = outcome {
+                return Ok(action);
+            }
+            run.remove_own_finalizer().await?;
+            Ok(Action::await_change())
+        }
+        Decision::Migrate => {
+            let path = Path {
+                processing: d::MIGRATE_PROCESSING,
+                error: d::MIGRATE_ERROR,
+                success: d::MIGRATE_SUCCESS,
+                metric: "migrate",
+            };
+            let outcome = run_actuator(
+                &mut run,
+                OperationType::Migrate,
+                path,
+                Call::Migrate,
+                cluster.as_ref(),
+                in_flight,
+            )
+            .await?;
+            if let Some(action) = outcome {
+                return Ok(action);
+            }
+            // The object leaves this seed: nothing may hold it here any more, foreign
+            // finalizers included.
+            run.remove_all_finalizers().await?;
+            run.remove_operation_annotation().await?;
+            Ok(Action::await_change())
+        }
+        Decision::Restore => {
+            run.ensure_finalizer().await?;
+            let path = Path {
+                processing: d::RESTORE_PROCESSING,
+                error: d::RESTORE_ERROR,
+                success: d::RESTORE_SUCCESS,
+                metric: "restore",
+            };
+            let outcome = run_actuator(
+                &mut run,
+                OperationType::Restore,
+                path,
+                Call::Restore,
+                cluster.as_ref(),
+                in_flight,
+            )
+            .await?;
+            if let Some(action) = outcome {
+                return Ok(action);
+            }
+            run.remove_operation_annotation().await?;
+            Ok(Action::await_change())
+        }
+        Decision::Reconcile(op) => {
+            run.ensure_finalizer().await?;
+            let path = Path {
+                processing: d::RECONCILE_PROCESSING,
+                error: d::RECONCILE_ERROR,
+                success: d::RECONCILE_SUCCESS,
+                metric: if op == OperationType::Create {
+                    "create"
+                } else {
+                    "reconcile"
+                },
+            };
+            let outcome = run_actuator(
+                &mut run,
+                op,
+                path,
+                Call::Reconcile,
+                cluster.as_ref(),
+                in_flight,
+            )
+            .await?;
+            if let Some(action) = outcome {
+                return Ok(action);
+            }
+            Ok(if ctx.config.resync.is_zero() {
+                Action::await_change()
+            } else {
+                Action::requeue(ctx.config.resync)
+            })
+        }
+    }
+}
+
+/// Processing → actuator → Error or Success. Returns `Some(action)` when the operation is still
+/// in progress and nothing after Success may run yet.
+async fn run_actuator<A: Actuator>(
+    run: &mut Run<'_, A>,
+    op: OperationType,
+    path: Path,
+    call: Call,
+    cluster: Option<&ClusterInfo>,
+    in_flight: &Mutex<Option<InFlight>>,
+) -> Result<Option<Action>, ReconcileError> {
+    let started = Instant::now();
+    let ctx = run.ctx;
+    // Processing is written before the actuator runs; if it cannot be written, the actuator
+    // does not run.
+    run.patch_status(
+        "write the Processing status of",
+        status::processing(op, path.processing, &run.status_time()),
+    )
+    .await?;
+    if let Ok(mut slot) = in_flight.lock() {
+        *slot = Some(InFlight {
+            operation: op,
+            error_description: path.error,
+            generation: run.generation(),
+        });
+    }
+    tracing::info!(object = %run.object, operation = op.as_str(), "starting");
+    let result = {
+        let actuator_ctx = ActuatorContext {
+            extension: &run.ext,
+            cluster,
+        };
+        match call {
+            Call::Reconcile => ctx.actuator.reconcile(&actuator_ctx).await,
+            Call::Delete => ctx.actuator.delete(&actuator_ctx).await,
+            Call::ForceDelete => ctx.actuator.force_delete(&actuator_ctx).await,
+            Call::Migrate => ctx.actuator.migrate(&actuator_ctx).await,
+            Call::Restore => ctx.actuator.restore(&actuator_ctx).await,
+        }
+    };
+    if let Ok(mut slot) = in_flight.lock() {
+        *slot = None;
+    }
+    match result {
+        Err(e) => {
+            let codes = status::dedup_codes(e.codes());
+            let message = e.to_string();
+            let body = status::error(
+                op,
+                path.error,
+                &message,
+                &codes,
+                run.generation(),
+                &run.status_time(),
+            );
+            // As in Gardener, a failure to record the error does not hide the error itself.
+            if let Err(write) = run.patch_status("write the Error status of", body).await {
+                tracing::error!(object = %run.object, error = %write, "could not record the error in the status");
+            }
+            ctx.observer
+                .observe(path.metric, "error", started.elapsed());
+            tracing::error!(object = %run.object, operation = op.as_str(), error = %message, "operation failed");
+            Err(ReconcileError::Actuator {
+                operation: op,
+                object: run.object.clone(),
+                message,
+                codes,
+            })
+        }
+        Ok(Outcome::InProgress {
+            description,
+            requeue_after,
+        }) => {
+            run.patch_status(
+                "write the progress of",
+                status::processing(op, &description, &run.status_time()),
+            )
+            .await?;
+            ctx.observer
+                .observe(path.metric, "in_progress", started.elapsed());
+            tracing::info!(object = %run.object, operation = op.as_str(), progress = %description, "in progress");
+            Ok(Some(Action::requeue(requeue_after)))
+        }
+        Ok(Outcome::Done) => {
+            run.patch_status(
+                "write the Success status of",
+                status::success(op, path.success, run.generation(), &run.status_time()),
+            )
+            .await?;
+            ctx.observer
+                .observe(path.metric, "succeeded", started.elapsed());
+            tracing::info!(object = %run.object, operation = op.as_str(), "succeeded");
+            Ok(None)
+        }
+    }
+}
+
+/// `IsShootNamespace` + `GetCluster`, from the caches; on a cache miss the API server is asked,
+/// because a cache can lag behind an object created a moment ago.
+async fn lookup_cluster<A>(
+    ctx: &Context<A>,
+    namespace: &str,
+) -> Result<Option<ClusterInfo>, ReconcileError> {
+    let shoot_namespace = if ctx.caches.is_shoot_namespace(namespace) {
+        true
+    } else {
+        let ns = Api::<Namespace>::all(ctx.client.clone())
+            .get_metadata(namespace)
+            .await
+            .map_err(|source| ReconcileError::Namespace {
+                namespace: namespace.to_string(),
+                source,
+            })?;
+        ns.labels().get(SHOOT_ROLE_LABEL).map(String::as_str) == Some(SHOOT_ROLE_VALUE)
+    };
+    if !shoot_namespace {
+        return Ok(None);
+    }
+    let cluster = match ctx.caches.cluster(namespace) {
+        Some(c) => c,
+        None => {
+            let live = Api::<Cluster>::all(ctx.client.clone())
+                .get_opt(namespace)
+                .await
+                .map_err(|source| ReconcileError::ClusterRead {
+                    namespace: namespace.to_string(),
+                    source,
+                })?;
+            match live {
+                Some(mut c) => {
+                    crate::gardener::cache::trim_cluster(&mut c);
+                    Arc::new(c)
+                }
+                None => {
+                    return Err(ReconcileError::ClusterMissing {
+                        namespace: namespace.to_string(),
+                    });
+                }
+            }
+        }
+    };
+    let shoot = cluster.shoot()?;
+    Ok(Some(ClusterInfo { cluster, shoot }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_follows_client_go() {
+        assert_eq!(item_backoff(1), Duration::from_millis(5));
+        assert_eq!(item_backoff(2), Duration::from_millis(10));
+        assert_eq!(item_backoff(11), Duration::from_millis(5 * 1024));
+        assert_eq!(item_backoff(40), Duration::from_secs(1000));
+        assert_eq!(item_backoff(u32::MAX), Duration::from_secs(1000));
+    }
+
+    #[test]
+    fn finalizer_is_prefixed_with_the_extensions_group() {
+        assert_eq!(
+            ReconcilerConfig::new("containerd-shim").finalizer(),
+            "extensions.gardener.cloud/containerd-shim"
+        );
+    }
+}

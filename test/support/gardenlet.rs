@@ -1,0 +1,133 @@
+//! What gardenlet does to an Extension: its readiness check (a port of
+//! `health.CheckExtensionObject`, gardener-contract.md §1.10) and its writes (operation and
+//! timestamp annotations, deletion confirmation). Every lifecycle test judges the extension
+//! with this check, so a test passes only if gardenlet would accept the result.
+
+use gardener_extension_containerd_shim::gardener::api::{
+    DELETION_CONFIRMATION_ANNOTATION, Extension, OPERATION_ANNOTATION, OperationState,
+    TIMESTAMP_ANNOTATION,
+};
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use super::poll;
+
+/// Why gardenlet would not consider the object ready.
+#[derive(Debug, PartialEq, Eq)]
+pub enum NotReady {
+    /// `lastError` is set: gardenlet reports it with its codes.
+    LastError {
+        description: String,
+        codes: Vec<String>,
+    },
+    ObservedGenerationOutdated {
+        observed: Option<i64>,
+        generation: Option<i64>,
+    },
+    OperationAnnotation(String),
+    NotSucceeded(Option<String>),
+    StaleTimestamp {
+        timestamp: String,
+        last_update: String,
+    },
+}
+
+/// `CheckExtensionObject`, in gardenlet's order.
+pub fn check_extension_object(ext: &Extension) -> Result<(), NotReady> {
+    let status = ext.status.clone().unwrap_or_default();
+    if let Some(e) = &status.last_error {
+        return Err(NotReady::LastError {
+            description: e.description.clone(),
+            codes: e.codes.iter().map(|c| c.as_str().to_string()).collect(),
+        });
+    }
+    if status.observed_generation != ext.metadata.generation {
+        return Err(NotReady::ObservedGenerationOutdated {
+            observed: status.observed_generation,
+            generation: ext.metadata.generation,
+        });
+    }
+    if let Some(op) = ext.annotations().get(OPERATION_ANNOTATION) {
+        return Err(NotReady::OperationAnnotation(op.clone()));
+    }
+    let Some(last) = status
+        .last_operation
+        .as_ref()
+        .filter(|l| l.state == OperationState::Succeeded)
+    else {
+        return Err(NotReady::NotSucceeded(
+            status
+                .last_operation
+                .map(|l| format!("{:?}/{:?}", l.type_, l.state)),
+        ));
+    };
+    if let Some(ts) = ext.annotations().get(TIMESTAMP_ANNOTATION) {
+        let written: jiff::Timestamp = ts.parse().map_err(|_| NotReady::StaleTimestamp {
+            timestamp: ts.clone(),
+            last_update: last.last_update_time.0.to_string(),
+        })?;
+        let truncated = jiff::Timestamp::from_second(written.as_second()).unwrap_or(written);
+        if truncated > last.last_update_time.0 {
+            return Err(NotReady::StaleTimestamp {
+                timestamp: ts.clone(),
+                last_update: last.last_update_time.0.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// gardenlet's deploy step: `operation=reconcile` and a fresh timestamp, by merge patch.
+pub async fn request_reconcile(api: &Api<Extension>, name: &str) -> String {
+    request_operation(api, name, "reconcile").await
+}
+
+/// Sets the operation annotation and a fresh timestamp; returns the timestamp written.
+pub async fn request_operation(api: &Api<Extension>, name: &str, operation: &str) -> String {
+    let ts = jiff::Timestamp::now().to_string();
+    let body = json!({"metadata": {"annotations": {OPERATION_ANNOTATION: operation, TIMESTAMP_ANNOTATION: ts}}});
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&body))
+        .await
+        .unwrap_or_else(|e| panic!("gardenlet-like patch of {name}: {e}"));
+    ts
+}
+
+/// Polls until gardenlet's check passes for an Extension annotated with `timestamp`, like
+/// gardenlet's wait (which also requires the timestamp it wrote to be the one observed).
+pub async fn wait_ready(api: &Api<Extension>, name: &str, timestamp: Option<&str>) -> Extension {
+    poll::until(
+        &format!("Extension {name} ready by gardenlet's check"),
+        poll::DEFAULT_TIMEOUT,
+        || async {
+            let ext = api.get(name).await.map_err(|e| format!("{e}"))?;
+            if let Some(ts) = timestamp
+                && ext
+                    .annotations()
+                    .get(TIMESTAMP_ANNOTATION)
+                    .map(String::as_str)
+                    != Some(ts)
+            {
+                return Err(format!(
+                    "timestamp annotation changed to {:?}",
+                    ext.annotations().get(TIMESTAMP_ANNOTATION)
+                ));
+            }
+            check_extension_object(&ext)
+                .map(|_| ext.clone())
+                .map_err(|e| format!("{e:?}"))
+        },
+    )
+    .await
+}
+
+/// gardenlet's deletion: confirm, then DELETE.
+pub async fn delete(api: &Api<Extension>, name: &str) {
+    let body = json!({"metadata": {"annotations": {DELETION_CONFIRMATION_ANNOTATION: "true", TIMESTAMP_ANNOTATION: jiff::Timestamp::now().to_string()}}});
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&body))
+        .await
+        .unwrap_or_else(|e| panic!("confirming deletion of {name}: {e}"));
+    api.delete(name, &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("deleting {name}: {e}"));
+}
