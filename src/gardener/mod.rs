@@ -3,5 +3,6 @@
 
 pub mod api;
 pub mod error_codes;
+pub mod managed_resource;
 pub mod imagevector;
 pub mod cache;
