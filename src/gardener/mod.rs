@@ -6,3 +6,4 @@ pub mod cache;
 pub mod error_codes;
 pub mod extension;
 pub mod imagevector;
+pub mod managed_resource;

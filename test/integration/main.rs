@@ -6,4 +6,5 @@ mod support;
 
 mod containerd_config;
 mod gardener_extension;
+mod gardener_managed_resource;
 mod harness;
