@@ -8,3 +8,4 @@ mod containerd_config;
 mod gardener_extension;
 mod gardener_managed_resource;
 mod harness;
+mod shim_lifecycle;
