@@ -3,5 +3,6 @@
 
 pub mod api;
 pub mod error_codes;
+pub mod healthcheck;
 pub mod imagevector;
 pub mod cache;
