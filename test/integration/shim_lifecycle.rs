@@ -323,7 +323,7 @@ async fn migrate_keeps_the_shoot_objects_and_restore_brings_the_managed_resource
     poll::until("Migrate/Succeeded", poll::DEFAULT_TIMEOUT, || async {
         let e = f.api.get("containerd-shim").await.map_err(|e| e.to_string())?;
         let last = e.status.and_then(|s| s.last_operation).map(|l| (l.type_, l.state));
-        if last == Some((OperationType::Migrate, OperationState::Succeeded)) { Ok(()) } else { Err(last) }
+        if last == Some((OperationType::Migrate, OperationState::Succeeded)) { Ok(()) } else { Err(format!("{last:?}")) }
     })
     .await;
     assert!(f.managed_resource().await.is_none(), "the ManagedResource leaves the seed");

@@ -108,8 +108,9 @@ pub fn start(shoot: Client, namespace: &str, selector: &str) -> Simulator {
                                 metadata: ObjectMeta { name: Some(name.clone()), ..Default::default() },
                                 target: ObjectReference { kind: Some("Node".into()), name: Some(node), ..Default::default() },
                             };
-                            let body = serde_json::to_vec(&binding).unwrap_or_default();
-                            let _ = pods.create_subresource::<serde_json::Value>("binding", &name, &PostParams::default(), body).await;
+                            let _ = pods
+                                .create_subresource::<Binding, serde_json::Value>("binding", &name, &PostParams::default(), &binding)
+                                .await;
                         }
                         continue;
                     }

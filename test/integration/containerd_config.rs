@@ -1,0 +1,1 @@
+// local stub: never commit (the real file is written on main)
