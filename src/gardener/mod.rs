@@ -5,4 +5,6 @@ pub mod api;
 pub mod cache;
 pub mod error_codes;
 pub mod extension;
+pub mod healthcheck;
 pub mod imagevector;
+pub mod managed_resource;

@@ -2,3 +2,5 @@
 //! actuator that the [`crate::gardener`] framework drives.
 
 pub mod config;
+pub mod render;
+pub mod actuator;

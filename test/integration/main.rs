@@ -6,4 +6,7 @@ mod support;
 
 mod containerd_config;
 mod gardener_extension;
+mod gardener_healthcheck;
+mod gardener_managed_resource;
 mod harness;
+mod shim_lifecycle;

@@ -1,0 +1,62 @@
+//! Errors of the health-check layer.
+
+use std::time::Duration;
+
+use crate::gardener::api::ErrorCode;
+use crate::gardener::api::cluster::ShootDecodeError;
+use crate::gardener::error_codes::CodedError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum HealthCheckError {
+    /// The configuration passed to [`run`](super::run) cannot work; nothing was started.
+    #[error("invalid health check configuration: {0}")]
+    InvalidConfig(String),
+
+    /// A shoot-class Extension whose namespace has no Cluster (yet): retried with backoff, and
+    /// the Cluster's arrival triggers a check as well.
+    #[error("no Cluster {namespace} for the Extension {namespace}/{name}")]
+    ClusterNotFound { namespace: String, name: String },
+
+    #[error(transparent)]
+    ShootDecode(#[from] ShootDecodeError),
+
+    #[error("reading Extension {namespace}/{name}: {source}")]
+    Read {
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+
+    #[error("writing the conditions of Extension {namespace}/{name}: {source}")]
+    Write {
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+
+    /// Every attempt to write met a concurrent change; the next reconcile tries again.
+    #[error(
+        "writing the conditions of Extension {namespace}/{name}: still conflicting after {attempts} attempts"
+    )]
+    Conflict {
+        namespace: String,
+        name: String,
+        attempts: usize,
+    },
+
+    #[error("health check of Extension {namespace}/{name} did not finish within {timeout:?}")]
+    Timeout {
+        namespace: String,
+        name: String,
+        timeout: Duration,
+    },
+}
+
+impl CodedError for HealthCheckError {
+    /// Health-check errors never reach `lastError`; they are logged and retried.
+    fn codes(&self) -> Vec<ErrorCode> {
+        Vec::new()
+    }
+}

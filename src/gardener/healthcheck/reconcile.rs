@@ -1,0 +1,611 @@
+//! One health check of one Extension: decide whether to check at all, run the checks, and
+//! write the conditions if (and only if) they changed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::join_all;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, Client, ResourceExt};
+use tokio::sync::watch;
+
+use super::bookkeeping::Bookkeeping;
+use super::check::{CheckContext, HealthCheck};
+use super::condition::{build_condition, find, merge_conditions, now_in_seconds};
+use super::config::HealthCheckConfig;
+use super::error::HealthCheckError;
+use super::result::{Aggregate, CheckResult, aggregate};
+use super::verdict::{condition_update, hibernated_update};
+use crate::gardener::api::extension::DEFAULT_CLASS;
+use crate::gardener::api::{Condition, Extension, OPERATION_ANNOTATION, OperationType, operation};
+use crate::gardener::cache::SharedCaches;
+
+/// How often a write that meets a concurrent change is re-read and retried within one
+/// reconcile before the reconcile fails (and is retried with backoff).
+const MAX_WRITE_ATTEMPTS: usize = 5;
+
+/// What every reconcile shares.
+pub(crate) struct Context {
+    pub client: Client,
+    pub caches: SharedCaches,
+    pub config: Arc<HealthCheckConfig>,
+    pub bookkeeping: Arc<Bookkeeping>,
+    /// Becomes `true` on shutdown: running reconciles stop at once, so a replica that lost its
+    /// leadership does not keep writing.
+    pub stop: watch::Receiver<bool>,
+}
+
+/// Why an Extension is not checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Skip {
+    /// It is being deleted: its conditions no longer matter.
+    Deleting,
+    /// It is being migrated to another seed: the health of what it manages is not ours to
+    /// report any more.
+    Migrating,
+}
+
+/// Whether (and why) the Extension must not be checked. Such an Extension is not requeued:
+/// only a new generation, a ManagedResource or a Cluster change checks it again.
+pub(crate) fn skip_reason(extension: &Extension) -> Option<Skip> {
+    if extension.metadata.deletion_timestamp.is_some() {
+        return Some(Skip::Deleting);
+    }
+    let migrate_annotation = extension
+        .annotations()
+        .get(OPERATION_ANNOTATION)
+        .map(String::as_str)
+        == Some(operation::MIGRATE);
+    let migrate_operation = extension
+        .status
+        .as_ref()
+        .and_then(|s| s.last_operation.as_ref())
+        .is_some_and(|op| op.type_ == OperationType::Migrate);
+    (migrate_annotation || migrate_operation).then_some(Skip::Migrating)
+}
+
+/// What the checks found, before it is merged into an Extension's conditions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Findings {
+    /// The shoot is hibernated; nothing was checked.
+    Hibernated,
+    /// The aggregated checks, per condition type in registration order.
+    Checked(Vec<(String, Aggregate)>),
+}
+
+/// The Extension's conditions after merging `findings` into `current` at time `now`.
+pub(crate) fn desired_conditions<'a>(
+    current: &[Condition],
+    findings: &Findings,
+    condition_types: impl Iterator<Item = &'a str>,
+    now: jiff::Timestamp,
+) -> Vec<Condition> {
+    let updates: Vec<_> = match findings {
+        Findings::Hibernated => condition_types.map(hibernated_update).collect(),
+        Findings::Checked(aggregates) => aggregates
+            .iter()
+            .map(|(condition_type, agg)| {
+                condition_update(condition_type, agg, find(current, condition_type), now)
+            })
+            .collect(),
+    };
+    let built = updates.into_iter().map(|update| {
+        let old = find(current, &update.condition_type);
+        build_condition(old, update, now)
+    });
+    merge_conditions(current, built)
+}
+
+/// The merge patch of `status.conditions`. It carries the resourceVersion the conditions were
+/// computed from, so the API server refuses it (409) if anything changed the Extension since:
+/// `conditions` is a list, replaced as a whole, and must not drop a concurrent change.
+pub(crate) fn conditions_patch(
+    resource_version: &str,
+    conditions: &[Condition],
+) -> serde_json::Value {
+    serde_json::json!({
+        "metadata": {"resourceVersion": resource_version},
+        "status": {"conditions": conditions},
+    })
+}
+
+/// Whether the cached Extension may predate what this controller last wrote or read.
+fn is_stale(known_version: Option<&str>, cached_version: Option<&str>) -> bool {
+    known_version.is_some() && known_version != cached_version
+}
+
+fn conditions_of(extension: &Extension) -> &[Condition] {
+    extension
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default()
+}
+
+/// Checks one Extension; the entry point for the applier.
+pub(crate) async fn reconcile(
+    extension: Arc<Extension>,
+    ctx: Arc<Context>,
+) -> Result<Action, HealthCheckError> {
+    let key = ObjectRef::from_obj(extension.as_ref());
+    let timeout = ctx.config.period.saturating_mul(2);
+    let namespace = extension.namespace().unwrap_or_default();
+    let name = extension.name_any();
+    let mut stop = ctx.stop.clone();
+    let outcome = tokio::select! {
+        // A closed channel means the controller is gone: stop as well.
+        _ = stop.wait_for(|stopped| *stopped) => return Ok(Action::await_change()),
+        outcome = tokio::time::timeout(timeout, check_and_write(extension, &ctx)) => outcome,
+    };
+    match outcome {
+        Ok(Ok(action)) => {
+            ctx.bookkeeping.clear_failures(&key);
+            Ok(action)
+        }
+        Ok(Err(e)) => Err(e),
+        Err(_elapsed) => Err(HealthCheckError::Timeout {
+            namespace,
+            name,
+            timeout,
+        }),
+    }
+}
+
+async fn check_and_write(
+    cached: Arc<Extension>,
+    ctx: &Context,
+) -> Result<Action, HealthCheckError> {
+    let key = ObjectRef::from_obj(cached.as_ref());
+    let namespace = cached.namespace().unwrap_or_default();
+    let name = cached.name_any();
+    let api: Api<Extension> = Api::namespaced(ctx.client.clone(), &namespace);
+
+    let mut extension = cached;
+    if is_stale(
+        ctx.bookkeeping.known_version(&key).as_deref(),
+        extension.resource_version().as_deref(),
+    ) {
+        match read(&api, &namespace, &name).await? {
+            Some(fresh) => extension = fresh,
+            None => return Ok(Action::await_change()),
+        }
+    }
+    if let Some(skip) = skip_reason(&extension) {
+        tracing::debug!(%namespace, %name, ?skip, "not checking the Extension");
+        return Ok(Action::await_change());
+    }
+
+    let findings = find_health(&extension, ctx).await?;
+    write_conditions(&api, extension, &findings, ctx).await?;
+    Ok(match findings {
+        // The Cluster watch resumes the checks when the shoot wakes up.
+        Findings::Hibernated => Action::await_change(),
+        Findings::Checked(_) => Action::requeue(ctx.config.period),
+    })
+}
+
+async fn find_health(
+    extension: &Arc<Extension>,
+    ctx: &Context,
+) -> Result<Findings, HealthCheckError> {
+    let namespace = extension.namespace().unwrap_or_default();
+    let (cluster, shoot) = if extension.class_or_default() == DEFAULT_CLASS {
+        let cluster =
+            ctx.caches
+                .cluster(&namespace)
+                .ok_or_else(|| HealthCheckError::ClusterNotFound {
+                    namespace: namespace.clone(),
+                    name: extension.name_any(),
+                })?;
+        let shoot = cluster.shoot()?.map(Arc::new);
+        if shoot.as_ref().is_some_and(|s| s.hibernation_enabled()) {
+            return Ok(Findings::Hibernated);
+        }
+        (Some(cluster), shoot)
+    } else {
+        (None, None)
+    };
+    let check_ctx = Arc::new(CheckContext {
+        extension: extension.clone(),
+        cluster,
+        shoot,
+        caches: ctx.caches.clone(),
+        client: ctx.client.clone(),
+    });
+    Ok(Findings::Checked(run_checks(&ctx.config, check_ctx).await))
+}
+
+/// Runs every check of every registration in parallel and aggregates per condition type.
+async fn run_checks(
+    config: &HealthCheckConfig,
+    ctx: Arc<CheckContext>,
+) -> Vec<(String, Aggregate)> {
+    let per_type = config.registrations.iter().map(|registration| {
+        let runs = registration
+            .checks
+            .iter()
+            .map(|check| run_check(check.clone(), ctx.clone(), config.period));
+        async move {
+            let results = join_all(runs).await;
+            (registration.condition_type.clone(), aggregate(&results))
+        }
+    });
+    join_all(per_type).await
+}
+
+/// Aborts the task when dropped, so a cancelled reconcile does not leave checks running.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Runs one check in its own task, so that a check that panics or hangs costs only its own
+/// result.
+async fn run_check(
+    check: Arc<dyn HealthCheck>,
+    ctx: Arc<CheckContext>,
+    timeout: Duration,
+) -> CheckResult {
+    let name = check.name().into_owned();
+    let mut task = tokio::spawn(async move { check.check(&ctx).await });
+    let _abort = AbortOnDrop(task.abort_handle());
+    match tokio::time::timeout(timeout, &mut task).await {
+        Ok(Ok(result)) => result,
+        Ok(Err(join_error)) if join_error.is_panic() => {
+            CheckResult::failed(format!("health check {name} panicked"))
+        }
+        Ok(Err(_cancelled)) => CheckResult::failed(format!("health check {name} was cancelled")),
+        Err(_elapsed) => CheckResult::failed(format!(
+            "health check {name} did not finish within {timeout:?}"
+        )),
+    }
+}
+
+/// Writes the conditions `findings` imply, unless they equal the current ones. A concurrent
+/// change of the Extension makes the write fail with a conflict; then the Extension is read
+/// again and the conditions are recomputed from it (the findings stay valid: they do not
+/// depend on the Extension's status).
+async fn write_conditions(
+    api: &Api<Extension>,
+    mut extension: Arc<Extension>,
+    findings: &Findings,
+    ctx: &Context,
+) -> Result<(), HealthCheckError> {
+    let key = ObjectRef::from_obj(extension.as_ref());
+    let namespace = extension.namespace().unwrap_or_default();
+    let name = extension.name_any();
+    let params = PatchParams {
+        field_manager: Some(ctx.config.field_manager.clone()),
+        ..PatchParams::default()
+    };
+    for _attempt in 0..MAX_WRITE_ATTEMPTS {
+        let current = conditions_of(&extension);
+        let desired = desired_conditions(
+            current,
+            findings,
+            ctx.config.condition_types(),
+            now_in_seconds(),
+        );
+        if desired == current {
+            ctx.bookkeeping
+                .set_known_version(&key, extension.resource_version());
+            return Ok(());
+        }
+        let conflict = match extension.resource_version() {
+            Some(version) => {
+                let patch = conditions_patch(&version, &desired);
+                match api
+                    .patch_status(&name, &params, &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(written) => {
+                        tracing::info!(%namespace, %name, conditions = %summary(&desired), "wrote health conditions");
+                        ctx.bookkeeping
+                            .set_known_version(&key, written.resource_version());
+                        return Ok(());
+                    }
+                    Err(e) if status_code(&e) == Some(409) => true,
+                    // Deleted meanwhile: nothing left to report on.
+                    Err(e) if status_code(&e) == Some(404) => return Ok(()),
+                    Err(source) => {
+                        return Err(HealthCheckError::Write {
+                            namespace,
+                            name,
+                            source,
+                        });
+                    }
+                }
+            }
+            // Every object the API server returns has one; never write without the lock.
+            None => false,
+        };
+        tracing::debug!(%namespace, %name, conflict, "re-reading the Extension before writing its conditions");
+        match read(api, &namespace, &name).await? {
+            Some(fresh) => extension = fresh,
+            None => return Ok(()),
+        }
+        if skip_reason(&extension).is_some() {
+            return Ok(());
+        }
+    }
+    Err(HealthCheckError::Conflict {
+        namespace,
+        name,
+        attempts: MAX_WRITE_ATTEMPTS,
+    })
+}
+
+async fn read(
+    api: &Api<Extension>,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<Arc<Extension>>, HealthCheckError> {
+    api.get_opt(name)
+        .await
+        .map(|found| found.map(Arc::new))
+        .map_err(|source| HealthCheckError::Read {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            source,
+        })
+}
+
+fn status_code(error: &kube::Error) -> Option<u16> {
+    match error {
+        kube::Error::Api(status) => Some(status.code),
+        _ => None,
+    }
+}
+
+/// `Type=Status` pairs, for logs.
+fn summary(conditions: &[Condition]) -> String {
+    conditions
+        .iter()
+        .map(|c| format!("{}={:?}", c.type_, c.status))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use jiff::Timestamp;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    use super::*;
+    use crate::gardener::api::{
+        ConditionStatus, ErrorCode, ExtensionSpec, ExtensionStatus, LastOperation, OperationState,
+    };
+    use crate::gardener::healthcheck::condition::ConditionUpdate;
+    use crate::gardener::healthcheck::verdict::{
+        MESSAGE_HIBERNATED, MESSAGE_SUCCESSFUL, REASON_SUCCESSFUL,
+    };
+
+    fn at(second: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + second).unwrap()
+    }
+
+    fn extension() -> Extension {
+        let mut e = Extension::new(
+            "containerd-shim",
+            ExtensionSpec {
+                type_: "containerd-shim".into(),
+                class: None,
+                provider_config: None,
+            },
+        );
+        e.metadata.namespace = Some("shoot--p--s".into());
+        e
+    }
+
+    fn last_operation(type_: OperationType, state: OperationState) -> LastOperation {
+        LastOperation {
+            description: "d".into(),
+            last_update_time: Time(at(0)),
+            progress: 100,
+            state,
+            type_,
+        }
+    }
+
+    fn condition(type_: &str, status: ConditionStatus, message: &str, second: i64) -> Condition {
+        build_condition(
+            None,
+            ConditionUpdate {
+                condition_type: type_.into(),
+                status,
+                reason: REASON_SUCCESSFUL.into(),
+                message: message.into(),
+                codes: vec![],
+            },
+            at(second),
+        )
+    }
+
+    #[test]
+    fn t8e_deleting_and_migrating_extensions_are_skipped() {
+        assert_eq!(skip_reason(&extension()), None);
+
+        let mut deleting = extension();
+        deleting.metadata.deletion_timestamp = Some(Time(at(0)));
+        assert_eq!(skip_reason(&deleting), Some(Skip::Deleting));
+
+        let mut annotated = extension();
+        annotated
+            .annotations_mut()
+            .insert(OPERATION_ANNOTATION.into(), "migrate".into());
+        assert_eq!(skip_reason(&annotated), Some(Skip::Migrating));
+
+        for state in [
+            OperationState::Processing,
+            OperationState::Succeeded,
+            OperationState::Error,
+        ] {
+            let mut migrated = extension();
+            migrated.status = Some(ExtensionStatus {
+                last_operation: Some(last_operation(OperationType::Migrate, state)),
+                ..ExtensionStatus::default()
+            });
+            assert_eq!(skip_reason(&migrated), Some(Skip::Migrating), "{state:?}");
+        }
+
+        let mut other = extension();
+        other
+            .annotations_mut()
+            .insert(OPERATION_ANNOTATION.into(), "reconcile".into());
+        other.status = Some(ExtensionStatus {
+            last_operation: Some(last_operation(
+                OperationType::Restore,
+                OperationState::Succeeded,
+            )),
+            ..ExtensionStatus::default()
+        });
+        assert_eq!(skip_reason(&other), None);
+    }
+
+    #[test]
+    fn hibernation_sets_every_registered_type_and_keeps_foreign_conditions() {
+        let current = vec![
+            condition("Foreign", ConditionStatus::False, "theirs", 0),
+            condition(
+                "SystemComponentsHealthy",
+                ConditionStatus::False,
+                "broken",
+                0,
+            ),
+        ];
+        let desired = desired_conditions(
+            &current,
+            &Findings::Hibernated,
+            ["SystemComponentsHealthy", "ControlPlaneHealthy"].into_iter(),
+            at(10),
+        );
+        assert_eq!(desired.len(), 3);
+        assert_eq!(desired[0], current[0]);
+        for c in &desired[1..] {
+            assert_eq!(
+                (c.status, c.reason.as_str(), c.message.as_str()),
+                (ConditionStatus::True, REASON_SUCCESSFUL, MESSAGE_HIBERNATED)
+            );
+        }
+        assert_eq!(desired[1].last_transition_time.0, at(10));
+        assert_eq!(desired[2].last_transition_time.0, at(10));
+    }
+
+    #[test]
+    fn a_steady_state_yields_the_current_conditions_unchanged() {
+        let findings = Findings::Checked(vec![(
+            "SystemComponentsHealthy".into(),
+            aggregate(&[CheckResult::Successful]),
+        )]);
+        let first = desired_conditions(&[], &findings, std::iter::empty(), at(0));
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0].message, MESSAGE_SUCCESSFUL);
+        let later = desired_conditions(&first, &findings, std::iter::empty(), at(3600));
+        assert_eq!(later, first);
+    }
+
+    #[test]
+    fn checked_conditions_use_their_old_condition() {
+        let current = vec![condition(
+            "SystemComponentsHealthy",
+            ConditionStatus::True,
+            MESSAGE_SUCCESSFUL,
+            0,
+        )];
+        let findings = Findings::Checked(vec![(
+            "SystemComponentsHealthy".into(),
+            aggregate(&[CheckResult::unsuccessful("x is invalid")
+                .with_codes([ErrorCode::ConfigurationProblem])]),
+        )]);
+        let desired = desired_conditions(&current, &findings, std::iter::empty(), at(60));
+        assert_eq!(desired.len(), 1);
+        assert_eq!(desired[0].status, ConditionStatus::False);
+        assert_eq!(desired[0].last_transition_time.0, at(60));
+        assert_eq!(desired[0].codes, [ErrorCode::ConfigurationProblem]);
+    }
+
+    #[test]
+    fn the_patch_holds_only_the_lock_and_the_conditions() {
+        let conditions = vec![condition(
+            "SystemComponentsHealthy",
+            ConditionStatus::True,
+            "ok",
+            0,
+        )];
+        let patch = conditions_patch("42", &conditions);
+        assert_eq!(
+            patch,
+            serde_json::json!({
+                "metadata": {"resourceVersion": "42"},
+                "status": {"conditions": [{
+                    "type": "SystemComponentsHealthy",
+                    "status": "True",
+                    "lastTransitionTime": "2027-01-15T08:00:00Z",
+                    "lastUpdateTime": "2027-01-15T08:00:00Z",
+                    "reason": "HealthCheckSuccessful",
+                    "message": "ok",
+                }]},
+            })
+        );
+    }
+
+    #[test]
+    fn the_cache_is_stale_only_when_it_differs_from_what_we_know() {
+        assert!(!is_stale(None, Some("1")));
+        assert!(!is_stale(Some("1"), Some("1")));
+        assert!(is_stale(Some("2"), Some("1")));
+        assert!(is_stale(Some("2"), None));
+    }
+
+    struct Sleepy;
+    impl HealthCheck for Sleepy {
+        fn check<'a>(&'a self, _: &'a CheckContext) -> futures::future::BoxFuture<'a, CheckResult> {
+            Box::pin(async {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                CheckResult::Successful
+            })
+        }
+    }
+
+    struct Panicky;
+    impl HealthCheck for Panicky {
+        fn name(&self) -> std::borrow::Cow<'_, str> {
+            "panicky".into()
+        }
+        fn check<'a>(&'a self, _: &'a CheckContext) -> futures::future::BoxFuture<'a, CheckResult> {
+            Box::pin(async { panic!("a bug in a check") })
+        }
+    }
+
+    fn check_context() -> Arc<CheckContext> {
+        // A client that is never used: the test checks do not call the API. Building it needs
+        // only a URL; the caches are never started.
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = Client::try_from(config).unwrap();
+        let caches = SharedCaches::spawn(&client, "test");
+        Arc::new(CheckContext {
+            extension: Arc::new(extension()),
+            cluster: None,
+            shoot: None,
+            caches,
+            client,
+        })
+    }
+
+    #[tokio::test]
+    async fn a_hanging_check_times_out_and_a_panicking_one_fails_alone() {
+        let ctx = check_context();
+        let slow = run_check(Arc::new(Sleepy), ctx.clone(), Duration::from_millis(50)).await;
+        assert!(
+            matches!(&slow, CheckResult::Failed { detail } if detail.contains("did not finish within 50ms")),
+            "{slow:?}"
+        );
+        let bad = run_check(Arc::new(Panicky), ctx, Duration::from_secs(30)).await;
+        assert_eq!(bad, CheckResult::failed("health check panicky panicked"));
+    }
+}

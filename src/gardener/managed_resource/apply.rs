@@ -1,0 +1,552 @@
+//! Creating, updating, deleting and waiting for ManagedResources and their secrets
+//! (Gardener's `managedresources.CreateForShoot`, `CreateForSeed`, `Delete`, `SetKeepObjects`,
+//! `WaitUntilDeleted`, `WaitUntilHealthy`).
+//!
+//! Write discipline:
+//! - A secret is immutable and named after a hash of its data, so it is created once and then
+//!   only read. We never delete a superseded secret: GRM's garbage collector does that once no
+//!   `reference.*` annotation names it any more (deleting it ourselves would race with GRM
+//!   still applying from it).
+//! - The ManagedResource is read, merged in memory and written with a full update carrying the
+//!   `resourceVersion` we read, and only if the merge changed something. Optimistic
+//!   concurrency rather than server-side apply because (1) "nothing changed" must mean "no
+//!   request at all", which needs the read anyway, and a no-op apply is still a write request;
+//!   (2) Gardener drops *every* stale `reference.*` annotation and replaces the spec wholesale,
+//!   which a field manager cannot do for fields it does not own (for example annotations left
+//!   by a Go version of the extension). A conflicting write by GRM (its finalizer) makes the
+//!   update fail with 409 and we merge again; GRM's status writes go to the status subresource,
+//!   which an update of the main resource never touches.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::desired::{DesiredManagedResource, RESERVED_ORIGIN};
+use super::secret::{GARBAGE_COLLECTABLE_LABEL, SECRET_PREFIX, SecretData};
+use super::{Error, is_configuration_problem};
+use crate::gardener::api::managed_resource::conditions::RESOURCES_APPLIED;
+use crate::gardener::api::{ConditionStatus, ManagedResource};
+
+/// Gardener's `IntervalWait`.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(2);
+/// How often a ManagedResource update is retried after a 409 before the reconcile gives up
+/// (and is retried with backoff by its caller).
+const MAX_UPDATE_ATTEMPTS: usize = 5;
+
+const SECRET: &str = "Secret";
+const MANAGED_RESOURCE: &str = "ManagedResource";
+/// `ManagedResource.status.conditions[ResourcesApplied].reason` while GRM deletes.
+const DELETION_FAILED: &str = "DeletionFailed";
+const DELETION_PENDING: &str = "DeletionPending";
+
+/// How long to wait and how often to look.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Wait {
+    pub timeout: Duration,
+    pub interval: Duration,
+}
+
+impl Wait {
+    /// Polls every [`DEFAULT_POLL_INTERVAL`] for at most `timeout`.
+    pub fn new(timeout: Duration) -> Wait {
+        Wait {
+            timeout,
+            interval: DEFAULT_POLL_INTERVAL,
+        }
+    }
+
+    pub fn with_interval(self, interval: Duration) -> Wait {
+        Wait { interval, ..self }
+    }
+}
+
+/// Gardener's `CreateForShoot`: the unique secret for `data`, then a ManagedResource for the
+/// shoot's GRM (no class, `origin=<origin>`, the no-cleanup label injected). Returns whether
+/// anything was written; in the steady state nothing is.
+pub async fn create_or_update_for_shoot(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    origin: &str,
+    keep_objects: bool,
+    data: &SecretData,
+) -> Result<bool, Error> {
+    if origin.is_empty() || origin == RESERVED_ORIGIN {
+        return Err(Error::InvalidOrigin {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            origin: origin.to_string(),
+        });
+    }
+    let desired = DesiredManagedResource::for_shoot(origin, keep_objects, &data.secret_name(name));
+    create_or_update(client, namespace, name, &desired, data).await
+}
+
+/// Gardener's `CreateForSeed`: like [`create_or_update_for_shoot`] with class `seed`.
+pub async fn create_or_update_for_seed(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    keep_objects: bool,
+    data: &SecretData,
+) -> Result<bool, Error> {
+    let desired =
+        DesiredManagedResource::for_seed(namespace, keep_objects, &data.secret_name(name));
+    create_or_update(client, namespace, name, &desired, data).await
+}
+
+async fn create_or_update(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    desired: &DesiredManagedResource,
+    data: &SecretData,
+) -> Result<bool, Error> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let mrs: Api<ManagedResource> = Api::namespaced(client.clone(), namespace);
+    let mut wrote = ensure_secret(&secrets, &data.to_secret(namespace, name)).await?;
+
+    for _ in 0..MAX_UPDATE_ATTEMPTS {
+        let existing = mrs
+            .get_opt(name)
+            .await
+            .map_err(|e| Error::api("read", MANAGED_RESOURCE, namespace, name, e))?;
+        let Some(existing) = existing else {
+            match mrs
+                .create(&PostParams::default(), &desired.new_object(namespace, name))
+                .await
+            {
+                Ok(_) => return Ok(true),
+                Err(e) if is_already_exists(&e) => continue,
+                Err(e) => return Err(Error::api("create", MANAGED_RESOURCE, namespace, name, e)),
+            }
+        };
+        // Secrets written by older library versions were neither immutable nor collectable;
+        // Gardener labels whatever the ManagedResource references so that GRM's GC takes
+        // care of them once they are superseded.
+        for secret in &existing.spec.secret_refs {
+            wrote |= label_garbage_collectable(&secrets, namespace, &secret.name).await?;
+        }
+        let Some(merged) = desired.merge_into(&existing) else {
+            return Ok(wrote);
+        };
+        match mrs.replace(name, &PostParams::default(), &merged).await {
+            Ok(_) => return Ok(true),
+            Err(e) if is_conflict(&e) => continue,
+            Err(e) => return Err(Error::api("update", MANAGED_RESOURCE, namespace, name, e)),
+        }
+    }
+    Err(Error::Conflict {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        attempts: MAX_UPDATE_ATTEMPTS,
+    })
+}
+
+/// Creates the secret unless it exists. An existing secret of that name is reused: the name is
+/// a hash of the data, and the secret is immutable anyway.
+async fn ensure_secret(secrets: &Api<Secret>, desired: &Secret) -> Result<bool, Error> {
+    let namespace = desired.metadata.namespace.as_deref().unwrap_or_default();
+    let name = desired.metadata.name.as_deref().unwrap_or_default();
+    let check = |existing: &Secret| {
+        if existing.data != desired.data {
+            return Err(Error::SecretDataMismatch {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            });
+        }
+        Ok(())
+    };
+    let existing = secrets
+        .get_opt(name)
+        .await
+        .map_err(|e| Error::api("read", SECRET, namespace, name, e))?;
+    if let Some(existing) = existing {
+        check(&existing)?;
+        return label_if_needed(secrets, namespace, &existing).await;
+    }
+    match secrets.create(&PostParams::default(), desired).await {
+        Ok(_) => Ok(true),
+        Err(e) if is_already_exists(&e) => {
+            // Another writer created it between our read and our create.
+            let existing = secrets
+                .get(name)
+                .await
+                .map_err(|e| Error::api("read", SECRET, namespace, name, e))?;
+            check(&existing)?;
+            Ok(false)
+        }
+        Err(e) => Err(Error::api("create", SECRET, namespace, name, e)),
+    }
+}
+
+/// Adds the garbage-collectable label to a secret that lacks it; a missing secret is skipped.
+async fn label_garbage_collectable(
+    secrets: &Api<Secret>,
+    namespace: &str,
+    name: &str,
+) -> Result<bool, Error> {
+    match secrets
+        .get_opt(name)
+        .await
+        .map_err(|e| Error::api("read", SECRET, namespace, name, e))?
+    {
+        Some(secret) => label_if_needed(secrets, namespace, &secret).await,
+        None => Ok(false),
+    }
+}
+
+async fn label_if_needed(
+    secrets: &Api<Secret>,
+    namespace: &str,
+    secret: &Secret,
+) -> Result<bool, Error> {
+    let name = secret.metadata.name.as_deref().unwrap_or_default();
+    let labelled = secret
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(GARBAGE_COLLECTABLE_LABEL))
+        .is_some_and(|v| v == "true");
+    if labelled {
+        return Ok(false);
+    }
+    let patch = MetadataPatch {
+        metadata: ObjectMeta {
+            labels: Some(BTreeMap::from([(
+                GARBAGE_COLLECTABLE_LABEL.to_string(),
+                "true".to_string(),
+            )])),
+            ..Default::default()
+        },
+    };
+    match secrets
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(e) if is_not_found(&e) => Ok(false),
+        Err(e) => Err(Error::api("label", SECRET, namespace, name, e)),
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct MetadataPatch {
+    metadata: ObjectMeta,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct KeepObjectsPatch {
+    spec: KeepObjectsSpec,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct KeepObjectsSpec {
+    keep_objects: bool,
+}
+
+/// Gardener's `Delete`: the referenced secrets (and the legacy `managedresource-<name>`) first,
+/// so that no secret is orphaned if the ManagedResource goes and we fail right after; then the
+/// ManagedResource. NotFound is not an error. GRM keeps the ManagedResource (finalizer) until
+/// it has deleted the objects: see [`wait_until_deleted`].
+pub async fn delete(client: &Client, namespace: &str, name: &str) -> Result<(), Error> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let mrs: Api<ManagedResource> = Api::namespaced(client.clone(), namespace);
+    let existing = mrs
+        .get_opt(name)
+        .await
+        .map_err(|e| Error::api("read", MANAGED_RESOURCE, namespace, name, e))?;
+    let mut secret_names = vec![format!("{SECRET_PREFIX}{name}")];
+    for secret in existing.iter().flat_map(|mr| &mr.spec.secret_refs) {
+        if !secret_names.contains(&secret.name) {
+            secret_names.push(secret.name.clone());
+        }
+    }
+    for secret in &secret_names {
+        match secrets.delete(secret, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(Error::api("delete", SECRET, namespace, secret, e)),
+        }
+    }
+    if existing.is_none() {
+        return Ok(());
+    }
+    match mrs.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(Error::api("delete", MANAGED_RESOURCE, namespace, name, e)),
+    }
+}
+
+/// Gardener's `SetKeepObjects`: a merge patch of `spec.keepObjects`; NotFound is not an error.
+/// Migration sets it before deleting the ManagedResource so that the shoot objects stay.
+pub async fn set_keep_objects(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    keep_objects: bool,
+) -> Result<(), Error> {
+    let mrs: Api<ManagedResource> = Api::namespaced(client.clone(), namespace);
+    let patch = KeepObjectsPatch {
+        spec: KeepObjectsSpec { keep_objects },
+    };
+    match mrs
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(Error::api(
+            "set keepObjects on",
+            MANAGED_RESOURCE,
+            namespace,
+            name,
+            e,
+        )),
+    }
+}
+
+/// Gardener's `WaitUntilDeleted`: polls until the ManagedResource is gone. On timeout the
+/// error carries GRM's `ResourcesApplied` message when it reports a failed or pending
+/// deletion, and ERR_CONFIGURATION_PROBLEM when that message says an object is invalid.
+pub async fn wait_until_deleted(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    wait: Wait,
+) -> Result<(), Error> {
+    let mrs: Api<ManagedResource> = Api::namespaced(client.clone(), namespace);
+    let deadline = Instant::now() + wait.timeout;
+    loop {
+        let current = mrs
+            .get_opt(name)
+            .await
+            .map_err(|e| Error::api("read", MANAGED_RESOURCE, namespace, name, e))?;
+        let Some(current) = current else {
+            return Ok(());
+        };
+        if !sleep_before(deadline, wait.interval).await {
+            return Err(not_deleted(namespace, name, wait.timeout, &current));
+        }
+    }
+}
+
+/// The timeout error of [`wait_until_deleted`], from the last ManagedResource seen.
+pub fn not_deleted(
+    namespace: &str,
+    name: &str,
+    timeout: Duration,
+    last: &ManagedResource,
+) -> Error {
+    let message = last
+        .condition(RESOURCES_APPLIED)
+        .filter(|c| {
+            c.status != ConditionStatus::True
+                && (c.reason == DELETION_FAILED || c.reason == DELETION_PENDING)
+        })
+        .map(|c| c.message.clone());
+    Error::NotDeleted {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        timeout,
+        configuration_problem: message.as_deref().is_some_and(is_configuration_problem),
+        message,
+    }
+}
+
+/// Gardener's `WaitUntilHealthy`: polls until [`ManagedResource::check_healthy`] holds.
+pub async fn wait_until_healthy(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    wait: Wait,
+) -> Result<(), Error> {
+    wait_for(
+        client,
+        namespace,
+        name,
+        wait,
+        ManagedResource::check_healthy,
+    )
+    .await
+}
+
+/// Gardener's `WaitUntilHealthyAndNotProgressing`: also every rollout is complete.
+pub async fn wait_until_healthy_and_rolled_out(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    wait: Wait,
+) -> Result<(), Error> {
+    wait_for(
+        client,
+        namespace,
+        name,
+        wait,
+        ManagedResource::check_rolled_out,
+    )
+    .await
+}
+
+async fn wait_for<E: std::fmt::Display>(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    wait: Wait,
+    check: impl Fn(&ManagedResource) -> Result<(), E>,
+) -> Result<(), Error> {
+    let mrs: Api<ManagedResource> = Api::namespaced(client.clone(), namespace);
+    let deadline = Instant::now() + wait.timeout;
+    loop {
+        let current = mrs
+            .get_opt(name)
+            .await
+            .map_err(|e| Error::api("read", MANAGED_RESOURCE, namespace, name, e))?;
+        let last = match current {
+            None => format!("managedresources.resources.gardener.cloud {name:?} not found"),
+            Some(mr) => match check(&mr) {
+                Ok(()) => return Ok(()),
+                Err(e) => e.to_string(),
+            },
+        };
+        if !sleep_before(deadline, wait.interval).await {
+            return Err(Error::NotHealthy {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                timeout: wait.timeout,
+                last,
+            });
+        }
+    }
+}
+
+/// Sleeps for `interval`, but not past `deadline`; false when the deadline has passed, so
+/// every wait ends.
+async fn sleep_before(deadline: Instant, interval: Duration) -> bool {
+    let now = Instant::now();
+    if now >= deadline {
+        return false;
+    }
+    tokio::time::sleep(interval.min(deadline - now)).await;
+    true
+}
+
+fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(status) if status.is_not_found())
+}
+
+fn is_already_exists(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(status) if status.is_already_exists())
+}
+
+fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(status) if status.is_conflict() && !status.is_already_exists())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gardener::api::managed_resource::ManagedResourceStatus;
+    use crate::gardener::api::{Condition, ErrorCode, ManagedResourceSpec};
+    use crate::gardener::error_codes::CodedError;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn with_applied(status: ConditionStatus, reason: &str, message: &str) -> ManagedResource {
+        let mut mr = ManagedResource::new("mr", ManagedResourceSpec::default());
+        let now = Time(jiff::Timestamp::UNIX_EPOCH);
+        mr.status = Some(ManagedResourceStatus {
+            conditions: vec![Condition {
+                type_: RESOURCES_APPLIED.into(),
+                status,
+                last_transition_time: now.clone(),
+                last_update_time: now,
+                reason: reason.into(),
+                message: message.into(),
+                codes: vec![],
+            }],
+            ..Default::default()
+        });
+        mr
+    }
+
+    #[test]
+    fn deletion_timeout_carries_grms_deletion_message() {
+        let invalid = "error during apply of object \"v1/ConfigMap/a/b\" is invalid: data";
+        let err = not_deleted(
+            "ns",
+            "mr",
+            Duration::from_secs(3),
+            &with_applied(ConditionStatus::False, "DeletionFailed", invalid),
+        );
+        assert!(err.to_string().contains(invalid), "{err}");
+        assert_eq!(err.codes(), vec![ErrorCode::ConfigurationProblem]);
+
+        let pending = not_deleted(
+            "ns",
+            "mr",
+            Duration::from_secs(3),
+            &with_applied(
+                ConditionStatus::Progressing,
+                "DeletionPending",
+                "waiting for x",
+            ),
+        );
+        assert!(
+            pending.to_string().ends_with(":\nwaiting for x"),
+            "{pending}"
+        );
+        assert!(pending.codes().is_empty());
+
+        for (status, reason) in [
+            (ConditionStatus::True, "DeletionPending"),
+            (ConditionStatus::False, "ApplyFailed"),
+        ] {
+            let err = not_deleted(
+                "ns",
+                "mr",
+                Duration::from_secs(3),
+                &with_applied(status, reason, invalid),
+            );
+            assert!(
+                matches!(err, Error::NotDeleted { message: None, .. }),
+                "{err}"
+            );
+            assert!(err.codes().is_empty());
+        }
+    }
+
+    #[tokio::test]
+    async fn sleeping_never_passes_the_deadline() {
+        let start = Instant::now();
+        let deadline = start + Duration::from_millis(50);
+        let rounds = tokio::time::timeout(Duration::from_secs(10), async {
+            let mut rounds = 0;
+            while sleep_before(deadline, Duration::from_secs(3600)).await {
+                rounds += 1;
+            }
+            rounds
+        })
+        .await
+        .expect("a long interval must not sleep past the deadline");
+        assert_eq!(rounds, 1);
+        assert!(Instant::now() >= deadline);
+    }
+
+    #[test]
+    fn wait_defaults_to_gardeners_interval() {
+        let w = Wait::new(Duration::from_secs(60));
+        assert_eq!(w.interval, Duration::from_secs(2));
+        assert_eq!(
+            w.with_interval(Duration::from_millis(100)).interval,
+            Duration::from_millis(100)
+        );
+    }
+}

@@ -1,0 +1,351 @@
+//! The installer DaemonSet and the ConfigMap with the desired set.
+//!
+//! Binaries from images reach the node without a registry client on the node: an init container
+//! copies the installer binary into a shared emptyDir, and one init container per shim image
+//! runs that (static) binary inside the shim's image to copy the shim's files next to it. This
+//! works for any image, even one built `FROM scratch`.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec, DaemonSetUpdateStrategy, RollingUpdateDaemonSet};
+use k8s_openapi::api::core::v1::{
+    AppArmorProfile, Capabilities, ConfigMap, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar,
+    EnvVarSource, ExecAction, HostPathVolumeSource, NodeAffinity, NodeSelector, NodeSelectorRequirement,
+    NodeSelectorTerm, ObjectFieldSelector, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
+    SecurityContext, Toleration, Volume, VolumeMount, Affinity,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::ObjectMeta;
+use sha2::{Digest, Sha256};
+
+use crate::desired_shims::{BinarySource, CONFIG_MAP_KEY, DesiredShims};
+use crate::gardener::api::cluster::WORKER_POOL_LABEL;
+
+use super::names::{self, INSTALLER, NAMESPACE, paths};
+
+/// The ConfigMap the installer reads its desired set from.
+pub fn config_map(desired_json: &str) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(INSTALLER.to_string()),
+            namespace: Some(NAMESPACE.to_string()),
+            labels: Some(names::labels("installer")),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([(CONFIG_MAP_KEY.to_string(), desired_json.to_string())])),
+        ..Default::default()
+    }
+}
+
+/// Everything the DaemonSet depends on.
+pub struct DaemonSetInput<'a> {
+    pub desired: &'a DesiredShims,
+    /// The serialised desired set (the ConfigMap's content), hashed into the pod template.
+    pub desired_json: &'a str,
+    pub installer_image: &'a str,
+    /// Worker pools whose nodes run containerd: the installer runs on all of them, also where
+    /// no shim is selected, so a node leaving a selection is cleaned up.
+    pub containerd_pools: &'a [String],
+    pub max_unavailable: &'a IntOrString,
+}
+
+fn quantity(s: &str) -> Quantity {
+    Quantity(s.to_string())
+}
+
+fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: name.to_string(),
+        mount_path: path.to_string(),
+        read_only: read_only.then_some(true),
+        ..Default::default()
+    }
+}
+
+fn host_path_volume(name: &str, path: &str, type_: &str) -> Volume {
+    Volume {
+        name: name.to_string(),
+        host_path: Some(HostPathVolumeSource {
+            path: path.to_string(),
+            type_: Some(type_.to_string()),
+        }),
+        ..Default::default()
+    }
+}
+
+fn empty_dir(name: &str) -> Volume {
+    Volume {
+        name: name.to_string(),
+        empty_dir: Some(EmptyDirVolumeSource {
+            size_limit: Some(quantity("1Gi")),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Init containers only copy files: no capabilities at all.
+fn unprivileged() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".to_string()]),
+            add: None,
+        }),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".to_string(),
+            localhost_profile: None,
+        }),
+        // Shim images often keep their files readable by root only.
+        run_as_user: Some(0),
+        run_as_non_root: Some(false),
+        ..Default::default()
+    }
+}
+
+/// The installer container: root without any capability but the two it needs (see
+/// docs/installer.md): SYS_ADMIN to enter the host's mount namespace (`setns`) and run the
+/// host's `systemctl` and `containerd`, SYS_PTRACE to open `/proc/1/ns/mnt` and to read
+/// `/proc/<pid>/exe` of running shims before garbage-collecting binaries. Entering another
+/// process's namespace is a ptrace-class access that the default AppArmor profile denies.
+fn installer_security() -> SecurityContext {
+    SecurityContext {
+        privileged: Some(false),
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".to_string()]),
+            add: Some(vec!["SYS_ADMIN".to_string(), "SYS_PTRACE".to_string()]),
+        }),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".to_string(),
+            localhost_profile: None,
+        }),
+        app_armor_profile: Some(AppArmorProfile {
+            type_: "Unconfined".to_string(),
+            localhost_profile: None,
+        }),
+        run_as_user: Some(0),
+        run_as_non_root: Some(false),
+        ..Default::default()
+    }
+}
+
+fn resources(cpu: &str, memory: &str, memory_limit: &str) -> ResourceRequirements {
+    ResourceRequirements {
+        requests: Some(BTreeMap::from([("cpu".to_string(), quantity(cpu)), ("memory".to_string(), quantity(memory))])),
+        limits: Some(BTreeMap::from([("memory".to_string(), quantity(memory_limit))])),
+        ..Default::default()
+    }
+}
+
+/// The image files each shim needs, grouped by image: (shim, image) -> [(path in image, name)].
+fn image_files(desired: &DesiredShims) -> BTreeMap<(String, String), Vec<(String, String)>> {
+    let mut files: BTreeMap<(String, String), Vec<(String, String)>> = BTreeMap::new();
+    for shim in &desired.shims {
+        for binary in &shim.binaries {
+            if let BinarySource::Image { image, path, .. } = &binary.source {
+                files
+                    .entry((shim.name.clone(), image.clone()))
+                    .or_default()
+                    .push((path.clone(), binary.name.clone()));
+            }
+        }
+    }
+    files
+}
+
+fn init_containers(input: &DaemonSetInput<'_>) -> Vec<Container> {
+    let staging = mount("staging", paths::STAGING_DIR, false);
+    let mut containers = vec![Container {
+        name: "copy-installer".to_string(),
+        image: Some(input.installer_image.to_string()),
+        command: Some(vec![
+            paths::INSTALLER_BINARY.to_string(),
+            "copy-self".to_string(),
+            "--to".to_string(),
+            paths::STAGED_INSTALLER.to_string(),
+        ]),
+        volume_mounts: Some(vec![staging.clone()]),
+        security_context: Some(unprivileged()),
+        resources: Some(resources("10m", "16Mi", "64Mi")),
+        ..Default::default()
+    }];
+    for (index, ((shim, image), files)) in image_files(input.desired).into_iter().enumerate() {
+        let mut command = vec![
+            paths::STAGED_INSTALLER.to_string(),
+            "stage".to_string(),
+            "--to".to_string(),
+            format!("{}/{shim}", paths::STAGING_DIR),
+        ];
+        command.extend(files.into_iter().map(|(path, name)| format!("{path}={name}")));
+        containers.push(Container {
+            // Container names are DNS labels; shim names are too, but an index keeps the name
+            // unique and short when one shim needs several images.
+            name: format!("stage-{index}-{}", truncate(&shim, 40)),
+            image: Some(image),
+            command: Some(command),
+            volume_mounts: Some(vec![staging.clone()]),
+            security_context: Some(unprivileged()),
+            resources: Some(resources("10m", "16Mi", "64Mi")),
+            ..Default::default()
+        });
+    }
+    containers
+}
+
+fn truncate(s: &str, max: usize) -> &str {
+    s.get(..max).unwrap_or(s).trim_end_matches('-')
+}
+
+fn env_field(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_string(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.to_string(),
+                api_version: None,
+            }),
+            ..Default::default()
+        }),
+        value: None,
+    }
+}
+
+fn installer_container(input: &DaemonSetInput<'_>) -> Container {
+    Container {
+        name: "installer".to_string(),
+        image: Some(input.installer_image.to_string()),
+        command: Some(vec![paths::INSTALLER_BINARY.to_string(), "daemon".to_string()]),
+        env: Some(vec![
+            env_field("NODE_NAME", "spec.nodeName"),
+            env_field("POD_NAMESPACE", "metadata.namespace"),
+            env_field("POD_NAME", "metadata.name"),
+        ]),
+        volume_mounts: Some(vec![
+            mount("desired", paths::DESIRED_DIR, true),
+            mount("staging", paths::STAGING_DIR, true),
+            mount("status", paths::STATUS_DIR, false),
+            mount("host-containerd", &format!("{}{}", paths::HOST_ROOT, paths::HOST_CONTAINERD_DIR), false),
+            mount("host-state", &format!("{}{}", paths::HOST_ROOT, paths::HOST_STATE_DIR), false),
+        ]),
+        readiness_probe: Some(Probe {
+            exec: Some(ExecAction {
+                command: Some(vec![paths::INSTALLER_BINARY.to_string(), "probe".to_string()]),
+            }),
+            period_seconds: Some(10),
+            timeout_seconds: Some(5),
+            failure_threshold: Some(1),
+            ..Default::default()
+        }),
+        security_context: Some(installer_security()),
+        resources: Some(resources("10m", "32Mi", "256Mi")),
+        ..Default::default()
+    }
+}
+
+fn volumes() -> Vec<Volume> {
+    vec![
+        Volume {
+            name: "desired".to_string(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: INSTALLER.to_string(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        empty_dir("staging"),
+        Volume {
+            name: "status".to_string(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: Some("Memory".to_string()),
+                size_limit: Some(quantity("1Mi")),
+            }),
+            ..Default::default()
+        },
+        host_path_volume("host-containerd", paths::HOST_CONTAINERD_DIR, "DirectoryOrCreate"),
+        host_path_volume("host-state", paths::HOST_STATE_DIR, "DirectoryOrCreate"),
+    ]
+}
+
+/// sha256 hex of the desired set.
+pub fn desired_hash(desired_json: &str) -> String {
+    hex::encode(Sha256::digest(desired_json.as_bytes()))
+}
+
+pub fn daemon_set(input: &DaemonSetInput<'_>) -> DaemonSet {
+    let mut template_labels = names::labels("installer");
+    template_labels.extend(names::selector());
+    let affinity = Affinity {
+        node_affinity: Some(NodeAffinity {
+            required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+                node_selector_terms: vec![NodeSelectorTerm {
+                    match_expressions: Some(vec![NodeSelectorRequirement {
+                        key: WORKER_POOL_LABEL.to_string(),
+                        operator: "In".to_string(),
+                        values: Some(input.containerd_pools.to_vec()),
+                    }]),
+                    match_fields: None,
+                }],
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    DaemonSet {
+        metadata: ObjectMeta {
+            name: Some(INSTALLER.to_string()),
+            namespace: Some(NAMESPACE.to_string()),
+            labels: Some(names::labels("installer")),
+            ..Default::default()
+        },
+        spec: Some(DaemonSetSpec {
+            selector: LabelSelector {
+                match_labels: Some(names::selector()),
+                match_expressions: None,
+            },
+            update_strategy: Some(DaemonSetUpdateStrategy {
+                type_: Some("RollingUpdate".to_string()),
+                rolling_update: Some(RollingUpdateDaemonSet {
+                    max_unavailable: Some(input.max_unavailable.clone()),
+                    max_surge: Some(IntOrString::Int(0)),
+                }),
+            }),
+            revision_history_limit: Some(2),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(template_labels),
+                    annotations: Some(BTreeMap::from([(
+                        names::DESIRED_HASH_ANNOTATION.to_string(),
+                        desired_hash(input.desired_json),
+                    )])),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    service_account_name: Some(INSTALLER.to_string()),
+                    automount_service_account_token: Some(true),
+                    priority_class_name: Some(names::PRIORITY_CLASS.to_string()),
+                    // Entering PID 1's mount namespace and finding running shims needs the host's
+                    // PID namespace; nothing else of the host's is shared.
+                    host_pid: Some(true),
+                    affinity: Some(affinity),
+                    // Every worker node: a node's taints must not keep its runtime unconfigured.
+                    tolerations: Some(vec![Toleration {
+                        operator: Some("Exists".to_string()),
+                        ..Default::default()
+                    }]),
+                    termination_grace_period_seconds: Some(30),
+                    init_containers: Some(init_containers(input)),
+                    containers: vec![installer_container(input)],
+                    volumes: Some(volumes()),
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        status: None,
+    }
+}

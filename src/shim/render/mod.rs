@@ -1,0 +1,173 @@
+//! The shoot bundle: pure functions from the validated configuration and the shoot's facts to
+//! the objects gardener-resource-manager applies into the shoot.
+//!
+//! [`Bundle`] names every object; [`Bundle::into_manifests`] destructures it without `..`, so a
+//! new object type cannot be rendered and then forgotten.
+
+pub mod daemonset;
+pub mod names;
+pub mod rbac;
+pub mod runtime_class;
+
+use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+use k8s_openapi::api::node::v1::RuntimeClass;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use crate::gardener::managed_resource::{self, Manifest};
+
+use crate::desired_shims::{DesiredShims, Rollout};
+use crate::gardener::api::Shoot;
+use crate::shim::config::ValidatedConfig;
+
+pub use runtime_class::RuntimeClassSpec;
+
+/// Everything the bundle is rendered from.
+#[derive(Clone, Debug)]
+pub struct BundleInput {
+    /// What the installers do: install these shims, or uninstall everything.
+    pub desired: DesiredShims,
+    /// One per shim; empty while uninstalling (no new pods may be scheduled for a shim that is
+    /// going away).
+    pub runtime_classes: Vec<RuntimeClassSpec>,
+    pub max_unavailable: IntOrString,
+    pub installer_image: String,
+    /// The worker pools whose nodes run containerd.
+    pub containerd_pools: Vec<String>,
+    /// The shoot's Kubernetes version (`1.33.2`); decides which APIs the bundle may use.
+    pub kubernetes_version: Option<String>,
+}
+
+impl BundleInput {
+    /// The bundle that installs the validated shims.
+    pub fn install(config: &ValidatedConfig, desired: DesiredShims, installer_image: &str, shoot: &Shoot) -> BundleInput {
+        BundleInput {
+            desired,
+            runtime_classes: config
+                .shims
+                .iter()
+                .map(|s| RuntimeClassSpec {
+                    name: s.runtime_class_name.clone(),
+                    handler: s.handler.clone(),
+                    overhead: s.overhead.clone(),
+                    tolerations: s.tolerations.clone(),
+                })
+                .collect(),
+            max_unavailable: config.rollout.max_unavailable.clone(),
+            installer_image: installer_image.to_string(),
+            containerd_pools: containerd_pools(shoot),
+            kubernetes_version: Some(shoot.spec.kubernetes.version.clone()).filter(|v| !v.is_empty()),
+        }
+    }
+
+    /// The bundle that makes every installer remove everything it installed: no shims, no
+    /// RuntimeClasses. `rollout` keeps the restart budget of the last applied configuration.
+    pub fn uninstall(rollout: Rollout, max_unavailable: IntOrString, installer_image: &str, shoot: &Shoot) -> BundleInput {
+        BundleInput {
+            desired: DesiredShims::uninstall(rollout),
+            runtime_classes: Vec::new(),
+            max_unavailable,
+            installer_image: installer_image.to_string(),
+            containerd_pools: containerd_pools(shoot),
+            kubernetes_version: Some(shoot.spec.kubernetes.version.clone()).filter(|v| !v.is_empty()),
+        }
+    }
+}
+
+/// Names of the worker pools whose nodes run containerd, sorted.
+pub fn containerd_pools(shoot: &Shoot) -> Vec<String> {
+    let mut pools: Vec<String> = shoot.containerd_pools().map(|p| p.name.clone()).collect();
+    pools.sort();
+    pools
+}
+
+/// The shoot-side objects.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Bundle {
+    pub service_account: ServiceAccount,
+    pub cluster_role: ClusterRole,
+    pub cluster_role_binding: ClusterRoleBinding,
+    pub role: Role,
+    pub role_binding: RoleBinding,
+    /// Only for shoots whose API server serves `admissionregistration.k8s.io/v1` policies (1.30+).
+    pub node_policy: Option<(ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding)>,
+    pub config_map: ConfigMap,
+    pub daemon_set: DaemonSet,
+    pub runtime_classes: Vec<RuntimeClass>,
+}
+
+/// Renders the bundle. Deterministic: equal input gives equal output, so an unchanged
+/// configuration writes nothing.
+pub fn render(input: &BundleInput) -> Bundle {
+    let desired_json = input.desired.to_json();
+    let mut runtime_classes: Vec<RuntimeClass> = input.runtime_classes.iter().map(runtime_class::runtime_class).collect();
+    runtime_classes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    Bundle {
+        service_account: rbac::service_account(),
+        cluster_role: rbac::cluster_role(),
+        cluster_role_binding: rbac::cluster_role_binding(),
+        role: rbac::role(input.desired.rollout.max_concurrent_restarts.max(1)),
+        role_binding: rbac::role_binding(),
+        node_policy: serves_admission_policies(input.kubernetes_version.as_deref())
+            .then(|| (rbac::node_policy(), rbac::node_policy_binding())),
+        config_map: daemonset::config_map(&desired_json),
+        daemon_set: daemonset::daemon_set(&daemonset::DaemonSetInput {
+            desired: &input.desired,
+            desired_json: &desired_json,
+            installer_image: &input.installer_image,
+            containerd_pools: &input.containerd_pools,
+            max_unavailable: &input.max_unavailable,
+        }),
+        runtime_classes,
+    }
+}
+
+/// `admissionregistration.k8s.io/v1` ValidatingAdmissionPolicy is served from Kubernetes 1.30.
+fn serves_admission_policies(version: Option<&str>) -> bool {
+    let Some(version) = version else { return false };
+    let mut parts = version.trim_start_matches('v').split('.');
+    let major = parts.next().and_then(|p| p.parse::<u32>().ok());
+    let minor = parts.next().and_then(|p| p.parse::<u32>().ok());
+    matches!((major, minor), (Some(1), Some(m)) if m >= 30) || major.is_some_and(|m| m > 1)
+}
+
+impl Bundle {
+    /// All objects as manifests for a ManagedResource, in a stable order. The scope of each
+    /// object comes from its type, so a namespaced object without a namespace cannot slip
+    /// through (gardener-resource-manager would put it into `default`).
+    pub fn into_manifests(self) -> Result<Vec<Manifest>, managed_resource::Error> {
+        let Bundle {
+            service_account,
+            cluster_role,
+            cluster_role_binding,
+            role,
+            role_binding,
+            node_policy,
+            config_map,
+            daemon_set,
+            runtime_classes,
+        } = self;
+        let mut out = vec![
+            Manifest::from_resource(&service_account)?,
+            Manifest::from_resource(&cluster_role)?,
+            Manifest::from_resource(&cluster_role_binding)?,
+            Manifest::from_resource(&role)?,
+            Manifest::from_resource(&role_binding)?,
+        ];
+        if let Some((policy, binding)) = &node_policy {
+            out.push(Manifest::from_resource(policy)?);
+            out.push(Manifest::from_resource(binding)?);
+        }
+        out.push(Manifest::from_resource(&config_map)?);
+        out.push(Manifest::from_resource(&daemon_set)?);
+        for rc in &runtime_classes {
+            out.push(Manifest::from_resource(rc)?);
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,178 @@
+//! Golden files for the rendered bundle (a rendering change is a reviewable diff; refresh with
+//! `UPDATE_GOLDEN=1 cargo test --lib`) and properties of rendering.
+
+use std::path::PathBuf;
+
+use proptest::prelude::*;
+use serde_json::json;
+
+use super::*;
+use crate::desired_shims::Rollout;
+use crate::gardener::api::Shoot;
+use crate::shim::config::{self, Catalog, desired, images};
+
+fn shoot(pools: &[(&str, Option<&str>)]) -> Shoot {
+    let workers: Vec<serde_json::Value> = pools
+        .iter()
+        .map(|(name, cri)| {
+            let mut w = json!({"name": name, "machine": {"type": "m", "architecture": "amd64"}});
+            if let Some(cri) = cri {
+                w["cri"] = json!({"name": cri});
+            }
+            w
+        })
+        .collect();
+    serde_json::from_value(json!({
+        "metadata": {"name": "s", "namespace": "garden-p"},
+        "spec": {"kubernetes": {"version": "1.33.4"}, "provider": {"type": "local", "workers": workers}}
+    }))
+    .unwrap()
+}
+
+fn install_input(mut provider_config: serde_json::Value, shoot: &Shoot) -> BundleInput {
+    provider_config["apiVersion"] = json!("containerd-shim.extensions.gardener.cloud/v1alpha1");
+    provider_config["kind"] = json!("ContainerdShimConfig");
+    let catalog = Catalog::builtin().unwrap();
+    let validated = config::load(Some(&provider_config), &catalog, shoot).unwrap();
+    let vector = images::embedded().unwrap();
+    let desired = desired::desired_shims(&validated, &vector).unwrap();
+    BundleInput::install(&validated, desired, "registry.example/containerd-shim-installer:v0.1.0", shoot)
+}
+
+fn to_yaml(bundle: Bundle) -> String {
+    bundle
+        .into_manifests()
+        .unwrap()
+        .iter()
+        .map(|m| serde_saphyr::to_string(m.value()).unwrap())
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+fn golden(name: &str, actual: &str) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("test/golden/bundle").join(format!("{name}.yaml"));
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}; run `UPDATE_GOLDEN=1 cargo test --lib` to create it", path.display()));
+    if expected != actual {
+        let diff: Vec<String> = expected
+            .lines()
+            .zip(actual.lines())
+            .enumerate()
+            .filter(|(_, (e, a))| e != a)
+            .take(10)
+            .map(|(i, (e, a))| format!("line {}:\n  golden: {e}\n  actual: {a}", i + 1))
+            .collect();
+        panic!(
+            "{} is stale ({} vs {} lines); first differences:\n{}\nrun `UPDATE_GOLDEN=1 cargo test --lib` and review the diff",
+            path.display(),
+            expected.lines().count(),
+            actual.lines().count(),
+            diff.join("\n")
+        );
+    }
+}
+
+#[test]
+fn golden_spin_on_one_pool() {
+    let shoot = shoot(&[("worker-a", None)]);
+    let input = install_input(
+        json!({"apiVersion": "containerd-shim.extensions.gardener.cloud/v1alpha1", "kind": "ContainerdShimConfig",
+               "shims": [{"name": "spin"}]}),
+        &shoot,
+    );
+    golden("spin", &to_yaml(render(&input)));
+}
+
+#[test]
+fn golden_three_shims_two_pools() {
+    let shoot = shoot(&[("worker-a", Some("containerd")), ("worker-b", None), ("other-cri", Some("cri-o"))]);
+    let input = install_input(
+        json!({
+            "apiVersion": "containerd-shim.extensions.gardener.cloud/v1alpha1", "kind": "ContainerdShimConfig",
+            "shims": [
+                {"name": "gvisor", "workerPools": ["worker-b"]},
+                {"name": "spin", "runtimeClass": {"overhead": {"podFixed": {"cpu": "50m", "memory": "32Mi"}},
+                  "tolerations": [{"key": "wasm", "operator": "Exists", "effect": "NoSchedule"}]},
+                 "nodeSelector": {"example.com/wasm": "true"}},
+                {"name": "hello", "custom": {"runtimeType": "io.containerd.hello.v1", "version": "v1.0.0",
+                  "binaries": [{"name": "containerd-shim-hello-v1", "url": {"amd64": {
+                     "url": "https://example.com/containerd-shim-hello-v1", "sha256": "a".repeat(64)}}}]}}
+            ],
+            "rollout": {"maxConcurrentRestarts": 2, "maxUnavailable": "25%"}
+        }),
+        &shoot,
+    );
+    golden("three-shims", &to_yaml(render(&input)));
+}
+
+#[test]
+fn golden_uninstall() {
+    let shoot = shoot(&[("worker-a", None)]);
+    let input = BundleInput::uninstall(
+        Rollout { max_concurrent_restarts: 1 },
+        k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1),
+        "registry.example/containerd-shim-installer:v0.1.0",
+        &shoot,
+    );
+    let bundle = render(&input);
+    assert!(bundle.runtime_classes.is_empty());
+    golden("uninstall", &to_yaml(bundle));
+}
+
+#[test]
+fn admission_policy_only_from_kubernetes_1_30() {
+    assert!(serves_admission_policies(Some("1.30.0")));
+    assert!(serves_admission_policies(Some("v1.33.4")));
+    assert!(!serves_admission_policies(Some("1.29.9")));
+    assert!(!serves_admission_policies(None));
+    assert!(!serves_admission_policies(Some("garbage")));
+}
+
+#[test]
+fn every_namespaced_object_has_a_namespace_and_every_object_our_labels() {
+    let shoot = shoot(&[("worker-a", None)]);
+    let input = install_input(json!({"shims": [{"name": "spin"}, {"name": "gvisor"}]}), &shoot);
+    for m in render(&input).into_manifests().unwrap() {
+        let m = m.value();
+        let kind = m["kind"].as_str().unwrap();
+        let cluster_scoped = ["ClusterRole", "ClusterRoleBinding", "RuntimeClass", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"];
+        if !cluster_scoped.contains(&kind) {
+            assert_eq!(m["metadata"]["namespace"], "kube-system", "{kind}");
+        }
+        assert_eq!(m["metadata"]["labels"]["app.kubernetes.io/managed-by"], "gardener-extension-containerd-shim", "{kind}");
+    }
+}
+
+#[test]
+fn the_pod_template_changes_exactly_when_the_desired_set_changes() {
+    let shoot = shoot(&[("worker-a", None)]);
+    let a = render(&install_input(json!({"shims": [{"name": "spin"}]}), &shoot));
+    let b = render(&install_input(json!({"shims": [{"name": "spin"}]}), &shoot));
+    let c = render(&install_input(json!({"shims": [{"name": "spin", "options": {"SystemdCgroup": false}}]}), &shoot));
+    let hash = |b: &Bundle| b.daemon_set.spec.as_ref().unwrap().template.metadata.as_ref().unwrap().annotations.clone();
+    assert_eq!(hash(&a), hash(&b));
+    assert_ne!(hash(&a), hash(&c));
+}
+
+proptest! {
+    #[test]
+    fn rendering_is_deterministic_and_independent_of_input_order(
+        picks in proptest::sample::subsequence(vec!["spin", "wasmtime", "wasmedge", "wasmer", "wamr", "gvisor"], 1..6),
+        rotate in 0usize..6,
+    ) {
+        let shoot = shoot(&[("worker-a", None)]);
+        let shims: Vec<serde_json::Value> = picks.iter().map(|n| json!({"name": n})).collect();
+        let mut rotated = shims.clone();
+        let len = rotated.len();
+        rotated.rotate_left(rotate % len);
+        let a = to_yaml(render(&install_input(json!({"shims": shims}), &shoot)));
+        let b = to_yaml(render(&install_input(json!({"shims": shims}), &shoot)));
+        let c = to_yaml(render(&install_input(json!({"shims": rotated}), &shoot)));
+        prop_assert_eq!(&a, &b);
+        prop_assert_eq!(&a, &c);
+    }
+}
