@@ -31,6 +31,33 @@ pub fn ready_label(handler: &str) -> String {
     format!("{READY_LABEL_PREFIX}{handler}")
 }
 
+/// The restart-budget Lease of slot `i`, in the installer's namespace: at most
+/// `rollout.maxConcurrentRestarts` nodes hold a slot, and only a holder restarts containerd.
+pub fn restart_lease(slot: u32) -> String {
+    format!("containerd-shim-restart-{slot}")
+}
+
+/// Paths inside the installer pod. The bundle mounts volumes there and the installer reads them
+/// as its defaults, so both sides use these constants.
+pub mod pod_paths {
+    /// The ConfigMap with the desired set.
+    pub const DESIRED_DIR: &str = "/etc/containerd-shim-installer";
+    /// The host's root file system parts the installer touches are mounted below this.
+    pub const HOST_ROOT: &str = "/host";
+    /// Host directory with the installer's state, versioned binaries and config files.
+    pub const HOST_STATE_DIR: &str = "/var/lib/containerd-shim-installer";
+    /// Host directory with containerd's configuration.
+    pub const HOST_CONTAINERD_DIR: &str = "/etc/containerd";
+    /// emptyDir shared by the init containers that stage binaries and the installer.
+    pub const STAGING_DIR: &str = "/staging";
+    /// The installer binary copied into the staging volume, runnable in any image.
+    pub const STAGED_INSTALLER: &str = "/staging/bin/containerd-shim-installer";
+    /// emptyDir with the node's verification status, read by the readiness probe.
+    pub const STATUS_DIR: &str = "/run/containerd-shim-installer";
+    /// The installer binary in its own image.
+    pub const INSTALLER_BINARY: &str = "/containerd-shim-installer";
+}
+
 /// Everything one node installer needs to converge its node.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -286,8 +313,10 @@ mod tests {
 
     #[test]
     fn rejects_other_schemas_and_unknown_fields() {
-        let err = DesiredShims::from_json(r#"{"schema":2,"mode":"Install","rollout":{"maxConcurrentRestarts":1}}"#)
-            .unwrap_err();
+        let err = DesiredShims::from_json(
+            r#"{"schema":2,"mode":"Install","rollout":{"maxConcurrentRestarts":1}}"#,
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("schema Some(2)"), "{err}");
         let err = DesiredShims::from_json(
             r#"{"schema":1,"mode":"Install","rollout":{"maxConcurrentRestarts":1},"extra":1}"#,

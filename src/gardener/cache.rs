@@ -11,9 +11,9 @@ use std::sync::Arc;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::PartialObjectMeta;
+use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
-use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::broadcast;
@@ -71,7 +71,10 @@ where
         let (changes, _) = broadcast::channel(CHANGE_BUFFER);
         let sender = changes.clone();
         let handle = tokio::spawn(async move {
-            let mut events = watcher::watcher(api, config).default_backoff().modify(trim).boxed();
+            let mut events = watcher::watcher(api, config)
+                .default_backoff()
+                .modify(trim)
+                .boxed();
             while let Some(event) = events.next().await {
                 match event {
                     Ok(event) => {
@@ -159,10 +162,15 @@ impl SharedCaches {
     /// ManagedResources.
     pub fn spawn(client: &Client, origin: &str) -> SharedCaches {
         SharedCaches {
-            clusters: Cache::spawn(Api::all(client.clone()), watcher::Config::default(), trim_cluster),
+            clusters: Cache::spawn(
+                Api::all(client.clone()),
+                watcher::Config::default(),
+                trim_cluster,
+            ),
             shoot_namespaces: Cache::spawn(
                 Api::all(client.clone()),
-                watcher::Config::default().labels(&format!("{SHOOT_ROLE_LABEL}={SHOOT_ROLE_VALUE}")),
+                watcher::Config::default()
+                    .labels(&format!("{SHOOT_ROLE_LABEL}={SHOOT_ROLE_VALUE}")),
                 trim_managed_fields,
             ),
             managed_resources: Cache::spawn(
@@ -185,7 +193,9 @@ impl SharedCaches {
         self.shoot_namespaces
             .store()
             .get(&ObjectRef::new(namespace))
-            .is_some_and(|ns| ns.labels().get(SHOOT_ROLE_LABEL).map(String::as_str) == Some(SHOOT_ROLE_VALUE))
+            .is_some_and(|ns| {
+                ns.labels().get(SHOOT_ROLE_LABEL).map(String::as_str) == Some(SHOOT_ROLE_VALUE)
+            })
     }
 
     /// The Cluster of a shoot namespace (named like the namespace).

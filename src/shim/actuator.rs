@@ -92,7 +92,12 @@ impl CodedError for ShimError {
 }
 
 impl ShimActuator {
-    pub fn new(client: Client, catalog: Arc<Catalog>, images: Arc<ImageVector>, settings: ActuatorSettings) -> Self {
+    pub fn new(
+        client: Client,
+        catalog: Arc<Catalog>,
+        images: Arc<ImageVector>,
+        settings: ActuatorSettings,
+    ) -> Self {
         ShimActuator {
             client,
             catalog,
@@ -109,24 +114,48 @@ impl ShimActuator {
 
     /// The packed bundle for the Extension's configuration (pure apart from reading the
     /// injected catalog and image vector). Shared with the offline renderer.
-    pub fn install_bundle(&self, ext: &Extension, shoot: &Shoot) -> Result<managed_resource::SecretData, ShimError> {
+    pub fn install_bundle(
+        &self,
+        ext: &Extension,
+        shoot: &Shoot,
+    ) -> Result<managed_resource::SecretData, ShimError> {
         let validated = config::load(ext.spec.provider_config.as_ref(), &self.catalog, shoot)?;
         let desired = desired::desired_shims(&validated, &self.images)?;
         let input = BundleInput::install(&validated, desired, &self.installer_image()?, shoot);
         pack(render::render(&input))
     }
 
-    fn uninstall_bundle(&self, ext: &Extension, shoot: &Shoot) -> Result<managed_resource::SecretData, ShimError> {
+    fn uninstall_bundle(
+        &self,
+        ext: &Extension,
+        shoot: &Shoot,
+    ) -> Result<managed_resource::SecretData, ShimError> {
         let (rollout, max_unavailable) = last_rollout(ext);
-        let input = BundleInput::uninstall(rollout, max_unavailable, &self.installer_image()?, shoot);
+        let input =
+            BundleInput::uninstall(rollout, max_unavailable, &self.installer_image()?, shoot);
         pack(render::render(&input))
     }
 
-    async fn apply(&self, namespace: &str, data: &managed_resource::SecretData) -> Result<bool, ShimError> {
-        Ok(managed_resource::create_or_update_for_shoot(&self.client, namespace, MANAGED_RESOURCE, ORIGIN, false, data).await?)
+    async fn apply(
+        &self,
+        namespace: &str,
+        data: &managed_resource::SecretData,
+    ) -> Result<bool, ShimError> {
+        Ok(managed_resource::create_or_update_for_shoot(
+            &self.client,
+            namespace,
+            MANAGED_RESOURCE,
+            ORIGIN,
+            false,
+            data,
+        )
+        .await?)
     }
 
-    async fn managed_resource(&self, namespace: &str) -> Result<Option<ManagedResource>, ShimError> {
+    async fn managed_resource(
+        &self,
+        namespace: &str,
+    ) -> Result<Option<ManagedResource>, ShimError> {
         Api::<ManagedResource>::namespaced(self.client.clone(), namespace)
             .get_opt(MANAGED_RESOURCE)
             .await
@@ -145,7 +174,9 @@ impl ShimActuator {
         }
         managed_resource::delete(&self.client, namespace, MANAGED_RESOURCE).await?;
         Ok(Outcome::InProgress {
-            description: format!("Waiting until the ManagedResource {MANAGED_RESOURCE} is deleted ({what})"),
+            description: format!(
+                "Waiting until the ManagedResource {MANAGED_RESOURCE} is deleted ({what})"
+            ),
             requeue_after: self.settings.poll_interval,
         })
     }
@@ -184,8 +215,14 @@ fn last_rollout(ext: &Extension) -> (Rollout, IntOrString) {
     let rollout = config::decode::decode(ext.spec.provider_config.as_ref())
         .ok()
         .and_then(|c| c.rollout);
-    let restarts = rollout.as_ref().and_then(|r| r.max_concurrent_restarts).unwrap_or(1).max(1);
-    let unavailable = rollout.and_then(|r| r.max_unavailable).unwrap_or(IntOrString::Int(1));
+    let restarts = rollout
+        .as_ref()
+        .and_then(|r| r.max_concurrent_restarts)
+        .unwrap_or(1)
+        .max(1);
+    let unavailable = rollout
+        .and_then(|r| r.max_unavailable)
+        .unwrap_or(IntOrString::Int(1));
     (
         Rollout {
             max_concurrent_restarts: restarts,
@@ -213,10 +250,14 @@ impl Actuator for ShimActuator {
     async fn delete(&self, ctx: &ActuatorContext<'_>) -> Result<Outcome, ShimError> {
         let namespace = namespace_of(ctx.extension);
         let Some(shoot) = ctx.shoot() else {
-            return self.delete_bundle(&namespace, "no Shoot to uninstall from").await;
+            return self
+                .delete_bundle(&namespace, "no Shoot to uninstall from")
+                .await;
         };
         if shoot.is_being_deleted() {
-            return self.delete_bundle(&namespace, "the shoot is being deleted").await;
+            return self
+                .delete_bundle(&namespace, "the shoot is being deleted")
+                .await;
         }
         let Some(current) = self.managed_resource(&namespace).await? else {
             return Ok(Outcome::Done);
@@ -224,9 +265,13 @@ impl Actuator for ShimActuator {
         if current.metadata.deletion_timestamp.is_some() {
             return self.delete_bundle(&namespace, "uninstalled").await;
         }
-        let written = self.apply(&namespace, &self.uninstall_bundle(ctx.extension, shoot)?).await?;
+        let written = self
+            .apply(&namespace, &self.uninstall_bundle(ctx.extension, shoot)?)
+            .await?;
         let state = if written {
-            Err(crate::gardener::api::managed_resource::Unhealthy("the uninstall configuration was just applied".to_string()))
+            Err(crate::gardener::api::managed_resource::Unhealthy(
+                "the uninstall configuration was just applied".to_string(),
+            ))
         } else {
             current.check_rolled_out()
         };
@@ -242,7 +287,10 @@ impl Actuator for ShimActuator {
                         "nodes did not report clean in time; removing the bundle anyway"
                     );
                     return self
-                        .delete_bundle(&namespace, &format!("uninstall timed out after {waited:?}: {progress}"))
+                        .delete_bundle(
+                            &namespace,
+                            &format!("uninstall timed out after {waited:?}: {progress}"),
+                        )
                         .await;
                 }
                 Ok(Outcome::InProgress {
@@ -263,7 +311,8 @@ impl Actuator for ShimActuator {
         let namespace = namespace_of(ctx.extension);
         // The shoot keeps running on its nodes during a control-plane migration: the objects
         // must stay, only the seed-side ManagedResource goes.
-        managed_resource::set_keep_objects(&self.client, &namespace, MANAGED_RESOURCE, true).await?;
+        managed_resource::set_keep_objects(&self.client, &namespace, MANAGED_RESOURCE, true)
+            .await?;
         self.delete_bundle(&namespace, "migration").await
     }
 

@@ -10,8 +10,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 
-use super::common::{LastOperation, OperationState};
 use super::FORCE_DELETION_ANNOTATION;
+use super::common::{LastOperation, OperationState};
 
 /// `Cluster.spec`: the embedded garden objects, as gardenlet wrote them.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -48,10 +48,12 @@ impl Cluster {
         match &self.spec.shoot {
             serde_json::Value::Null => Ok(None),
             serde_json::Value::Object(map) if map.is_empty() => Ok(None),
-            value => Shoot::deserialize(value).map(Some).map_err(|source| ShootDecodeError {
-                cluster: kube::ResourceExt::name_any(self),
-                source,
-            }),
+            value => Shoot::deserialize(value)
+                .map(Some)
+                .map_err(|source| ShootDecodeError {
+                    cluster: kube::ResourceExt::name_any(self),
+                    source,
+                }),
         }
     }
 }
@@ -138,7 +140,9 @@ pub const CRI_CONTAINERD: &str = "containerd";
 impl WorkerPool {
     /// Whether the pool's nodes run containerd (an absent `cri` defaults to containerd).
     pub fn runs_containerd(&self) -> bool {
-        self.cri.as_ref().is_none_or(|cri| cri.name == CRI_CONTAINERD)
+        self.cri
+            .as_ref()
+            .is_none_or(|cri| cri.name == CRI_CONTAINERD)
     }
 }
 
@@ -205,7 +209,11 @@ impl Shoot {
 
     /// Worker pools whose nodes run containerd.
     pub fn containerd_pools(&self) -> impl Iterator<Item = &WorkerPool> {
-        self.spec.provider.workers.iter().filter(|p| p.runs_containerd())
+        self.spec
+            .provider
+            .workers
+            .iter()
+            .filter(|p| p.runs_containerd())
     }
 }
 
@@ -223,7 +231,13 @@ mod tests {
     use super::*;
 
     fn cluster(shoot: serde_json::Value) -> Cluster {
-        Cluster::new("shoot--p--s", ClusterSpec { shoot, ..Default::default() })
+        Cluster::new(
+            "shoot--p--s",
+            ClusterSpec {
+                shoot,
+                ..Default::default()
+            },
+        )
     }
 
     #[test]
@@ -267,9 +281,18 @@ mod tests {
 
     #[test]
     fn force_deletion_follows_go_parse_bool() {
-        for (value, expected) in [("true", true), ("1", true), ("True", true), ("false", false), ("yes", false)] {
+        for (value, expected) in [
+            ("true", true),
+            ("1", true),
+            ("True", true),
+            ("false", false),
+            ("yes", false),
+        ] {
             let mut shoot = Shoot::default();
-            shoot.metadata.annotations.insert(FORCE_DELETION_ANNOTATION.into(), value.into());
+            shoot
+                .metadata
+                .annotations
+                .insert(FORCE_DELETION_ANNOTATION.into(), value.into());
             assert_eq!(shoot.needs_force_deletion(), expected, "{value}");
         }
         assert!(!Shoot::default().needs_force_deletion());

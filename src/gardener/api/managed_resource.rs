@@ -164,10 +164,26 @@ mod tests {
         assert!(mr(2, 2, &ok).check_healthy().is_ok());
         let err = mr(3, 2, &ok).check_healthy().unwrap_err();
         assert!(err.0.contains("outdated (2/3)"), "{err}");
-        assert!(mr(1, 1, &[("ResourcesApplied", True)]).check_healthy().is_err());
-        assert!(mr(1, 1, &[("ResourcesApplied", True), ("ResourcesHealthy", False)]).check_healthy().is_err());
+        assert!(
+            mr(1, 1, &[("ResourcesApplied", True)])
+                .check_healthy()
+                .is_err()
+        );
+        assert!(
+            mr(
+                1,
+                1,
+                &[("ResourcesApplied", True), ("ResourcesHealthy", False)]
+            )
+            .check_healthy()
+            .is_err()
+        );
         assert!(mr(1, 1, &ok).check_rolled_out().is_err());
-        let rolled = [("ResourcesApplied", True), ("ResourcesHealthy", True), ("ResourcesProgressing", False)];
+        let rolled = [
+            ("ResourcesApplied", True),
+            ("ResourcesHealthy", True),
+            ("ResourcesProgressing", False),
+        ];
         assert!(mr(1, 1, &rolled).check_rolled_out().is_ok());
     }
 }

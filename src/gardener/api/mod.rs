@@ -11,7 +11,9 @@ pub mod extension;
 pub mod managed_resource;
 
 pub use cluster::{Cluster, ClusterSpec, Shoot, WorkerPool};
-pub use common::{Condition, ConditionStatus, ErrorCode, LastError, LastOperation, OperationState, OperationType};
+pub use common::{
+    Condition, ConditionStatus, ErrorCode, LastError, LastOperation, OperationState, OperationType,
+};
 pub use extension::{Extension, ExtensionSpec, ExtensionStatus};
 pub use managed_resource::{ManagedResource, ManagedResourceSpec, ManagedResourceStatus};
 

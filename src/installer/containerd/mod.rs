@@ -1,1 +1,74 @@
-// local stub: never commit (the real file is written on main)
+//! The containerd configuration engine of the node installer: where containerd's config is, how
+//! to add our runtime handlers to it safely, how to take exactly them out again, and how to prove
+//! with the node's containerd that the result works.
+//!
+//! Everything here is pure: it reads host files through [`HostFs`] and returns a [`Plan`] (files
+//! to write and delete, a backup, a validation, the new [`Ownership`] record). The installer
+//! daemon applies the plan, runs the validation command and restarts containerd only when
+//! [`Plan::changed`].
+//!
+//! Typical use:
+//!
+//! ```text
+//! let containerd = ContainerdVersion::parse(&output_of("containerd --version"))?;
+//! let host = HostRoot::new("/host");
+//! let target = locate(&host, containerd, None)?;
+//! let runtimes = shims.map(|s| RuntimeEntry::from_desired(s, symlink, config_dir, bin_dir));
+//! let plan = plan_install(&host, &target, &runtimes, &state.ownership)?;
+//! apply(plan) → validate (plan.validation.command / check) → store plan.ownership → restart if plan.changed
+//! ```
+//!
+//! Write strategy (see [`WriteStrategy`], decided by [`locate`]):
+//!
+//! | distro | containerd 1.x | containerd ≥ 2.0 |
+//! |---|---|---|
+//! | generic `/etc/containerd/config.toml` | edit in place, backup | drop-in in a directory an import glob covers; else our drop-in plus one `imports` entry naming exactly it |
+//! | no config file | create it with our tables | create it importing our drop-in |
+//! | k3s / rke2 | edit `config.toml.tmpl` (header kept) | drop-in if the rendered config imports a directory, else edit `config-v3.toml.tmpl` (or an existing `config.toml.tmpl`) |
+//! | k0s (`# k0s_managed=true`) | drop-in in `/etc/k0s/containerd.d/` (k0s merges it) | same |
+//! | microk8s | edit `containerd-template.toml` in place | same |
+//!
+//! Why: containerd 1.x replaces whole plugin tables from imported files, so a drop-in holding
+//! only our runtime would wipe the CRI settings; 2.0+ deep-merges, and a drop-in of our own
+//! keeps every byte of the main file untouched (gardener-node-agent re-renders that file). A
+//! drop-in declares the main file's `version`, because containerd migrates each file by its own
+//! declared version. When nothing imports a drop-in directory we add exactly our file's path:
+//! adding a glob could activate stale files someone left in that directory. One drop-in holds
+//! all our handlers ([`DROP_IN_NAME`]), so a change of the set is one write and one validation.
+
+mod config_version;
+mod daemon_version;
+mod dump;
+mod edit;
+mod error;
+mod host;
+mod imports;
+mod key_path;
+mod locate;
+mod ownership;
+mod plan;
+mod runtime;
+mod style;
+mod text;
+
+#[cfg(test)]
+mod golden_tests;
+#[cfg(test)]
+mod plan_tests;
+#[cfg(test)]
+mod proptests;
+
+pub use config_version::ConfigVersion;
+pub use daemon_version::ContainerdVersion;
+pub use dump::{DumpOutput, ExpectedRuntime, check_dump, dump_command};
+pub use error::ConfigError;
+pub use host::{HostFs, HostRoot, MemoryHost};
+pub use imports::DROP_IN_NAME;
+pub use key_path::KeyPath;
+pub use locate::{DEFAULT_CONFIG, Distro, Target, WriteStrategy, locate};
+pub use ownership::{FileRole, OwnedFile, OwnedHandler, Ownership};
+pub use plan::{
+    BACKUP_SUFFIX, Backup, FileDelete, FileWrite, Plan, SCRATCH_SUFFIX, ScratchFile, Validation,
+    plan_install, plan_uninstall,
+};
+pub use runtime::{RuntimeEntry, validate_handler};

@@ -7,12 +7,15 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec, DaemonSetUpdateStrategy, RollingUpdateDaemonSet};
+use k8s_openapi::api::apps::v1::{
+    DaemonSet, DaemonSetSpec, DaemonSetUpdateStrategy, RollingUpdateDaemonSet,
+};
 use k8s_openapi::api::core::v1::{
-    AppArmorProfile, Capabilities, ConfigMap, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar,
-    EnvVarSource, ExecAction, HostPathVolumeSource, NodeAffinity, NodeSelector, NodeSelectorRequirement,
-    NodeSelectorTerm, ObjectFieldSelector, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
-    SecurityContext, Toleration, Volume, VolumeMount, Affinity,
+    Affinity, AppArmorProfile, Capabilities, ConfigMap, ConfigMapVolumeSource, Container,
+    EmptyDirVolumeSource, EnvVar, EnvVarSource, ExecAction, HostPathVolumeSource, NodeAffinity,
+    NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectFieldSelector, PodSpec,
+    PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext, Toleration,
+    Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -34,7 +37,10 @@ pub fn config_map(desired_json: &str) -> ConfigMap {
             labels: Some(names::labels("installer")),
             ..Default::default()
         },
-        data: Some(BTreeMap::from([(CONFIG_MAP_KEY.to_string(), desired_json.to_string())])),
+        data: Some(BTreeMap::from([(
+            CONFIG_MAP_KEY.to_string(),
+            desired_json.to_string(),
+        )])),
         ..Default::default()
     }
 }
@@ -136,8 +142,14 @@ fn installer_security() -> SecurityContext {
 
 fn resources(cpu: &str, memory: &str, memory_limit: &str) -> ResourceRequirements {
     ResourceRequirements {
-        requests: Some(BTreeMap::from([("cpu".to_string(), quantity(cpu)), ("memory".to_string(), quantity(memory))])),
-        limits: Some(BTreeMap::from([("memory".to_string(), quantity(memory_limit))])),
+        requests: Some(BTreeMap::from([
+            ("cpu".to_string(), quantity(cpu)),
+            ("memory".to_string(), quantity(memory)),
+        ])),
+        limits: Some(BTreeMap::from([(
+            "memory".to_string(),
+            quantity(memory_limit),
+        )])),
         ..Default::default()
     }
 }
@@ -181,7 +193,11 @@ fn init_containers(input: &DaemonSetInput<'_>) -> Vec<Container> {
             "--to".to_string(),
             format!("{}/{shim}", paths::STAGING_DIR),
         ];
-        command.extend(files.into_iter().map(|(path, name)| format!("{path}={name}")));
+        command.extend(
+            files
+                .into_iter()
+                .map(|(path, name)| format!("{path}={name}")),
+        );
         containers.push(Container {
             // Container names are DNS labels; shim names are too, but an index keeps the name
             // unique and short when one shim needs several images.
@@ -219,7 +235,10 @@ fn installer_container(input: &DaemonSetInput<'_>) -> Container {
     Container {
         name: "installer".to_string(),
         image: Some(input.installer_image.to_string()),
-        command: Some(vec![paths::INSTALLER_BINARY.to_string(), "daemon".to_string()]),
+        command: Some(vec![
+            paths::INSTALLER_BINARY.to_string(),
+            "daemon".to_string(),
+        ]),
         env: Some(vec![
             env_field("NODE_NAME", "spec.nodeName"),
             env_field("POD_NAMESPACE", "metadata.namespace"),
@@ -229,12 +248,23 @@ fn installer_container(input: &DaemonSetInput<'_>) -> Container {
             mount("desired", paths::DESIRED_DIR, true),
             mount("staging", paths::STAGING_DIR, true),
             mount("status", paths::STATUS_DIR, false),
-            mount("host-containerd", &format!("{}{}", paths::HOST_ROOT, paths::HOST_CONTAINERD_DIR), false),
-            mount("host-state", &format!("{}{}", paths::HOST_ROOT, paths::HOST_STATE_DIR), false),
+            mount(
+                "host-containerd",
+                &format!("{}{}", paths::HOST_ROOT, paths::HOST_CONTAINERD_DIR),
+                false,
+            ),
+            mount(
+                "host-state",
+                &format!("{}{}", paths::HOST_ROOT, paths::HOST_STATE_DIR),
+                false,
+            ),
         ]),
         readiness_probe: Some(Probe {
             exec: Some(ExecAction {
-                command: Some(vec![paths::INSTALLER_BINARY.to_string(), "probe".to_string()]),
+                command: Some(vec![
+                    paths::INSTALLER_BINARY.to_string(),
+                    "probe".to_string(),
+                ]),
             }),
             period_seconds: Some(10),
             timeout_seconds: Some(5),
@@ -266,7 +296,11 @@ fn volumes() -> Vec<Volume> {
             }),
             ..Default::default()
         },
-        host_path_volume("host-containerd", paths::HOST_CONTAINERD_DIR, "DirectoryOrCreate"),
+        host_path_volume(
+            "host-containerd",
+            paths::HOST_CONTAINERD_DIR,
+            "DirectoryOrCreate",
+        ),
         host_path_volume("host-state", paths::HOST_STATE_DIR, "DirectoryOrCreate"),
     ]
 }

@@ -9,7 +9,9 @@ pub mod names;
 pub mod rbac;
 pub mod runtime_class;
 
-use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use k8s_openapi::api::node::v1::RuntimeClass;
@@ -42,7 +44,12 @@ pub struct BundleInput {
 
 impl BundleInput {
     /// The bundle that installs the validated shims.
-    pub fn install(config: &ValidatedConfig, desired: DesiredShims, installer_image: &str, shoot: &Shoot) -> BundleInput {
+    pub fn install(
+        config: &ValidatedConfig,
+        desired: DesiredShims,
+        installer_image: &str,
+        shoot: &Shoot,
+    ) -> BundleInput {
         BundleInput {
             desired,
             runtime_classes: config
@@ -58,20 +65,27 @@ impl BundleInput {
             max_unavailable: config.rollout.max_unavailable.clone(),
             installer_image: installer_image.to_string(),
             containerd_pools: containerd_pools(shoot),
-            kubernetes_version: Some(shoot.spec.kubernetes.version.clone()).filter(|v| !v.is_empty()),
+            kubernetes_version: Some(shoot.spec.kubernetes.version.clone())
+                .filter(|v| !v.is_empty()),
         }
     }
 
     /// The bundle that makes every installer remove everything it installed: no shims, no
     /// RuntimeClasses. `rollout` keeps the restart budget of the last applied configuration.
-    pub fn uninstall(rollout: Rollout, max_unavailable: IntOrString, installer_image: &str, shoot: &Shoot) -> BundleInput {
+    pub fn uninstall(
+        rollout: Rollout,
+        max_unavailable: IntOrString,
+        installer_image: &str,
+        shoot: &Shoot,
+    ) -> BundleInput {
         BundleInput {
             desired: DesiredShims::uninstall(rollout),
             runtime_classes: Vec::new(),
             max_unavailable,
             installer_image: installer_image.to_string(),
             containerd_pools: containerd_pools(shoot),
-            kubernetes_version: Some(shoot.spec.kubernetes.version.clone()).filter(|v| !v.is_empty()),
+            kubernetes_version: Some(shoot.spec.kubernetes.version.clone())
+                .filter(|v| !v.is_empty()),
         }
     }
 }
@@ -102,7 +116,11 @@ pub struct Bundle {
 /// configuration writes nothing.
 pub fn render(input: &BundleInput) -> Bundle {
     let desired_json = input.desired.to_json();
-    let mut runtime_classes: Vec<RuntimeClass> = input.runtime_classes.iter().map(runtime_class::runtime_class).collect();
+    let mut runtime_classes: Vec<RuntimeClass> = input
+        .runtime_classes
+        .iter()
+        .map(runtime_class::runtime_class)
+        .collect();
     runtime_classes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     Bundle {
         service_account: rbac::service_account(),

@@ -10,10 +10,13 @@
 
 use k8s_openapi::api::admissionregistration::v1::{
     MatchCondition, MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
-    ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec, ValidatingAdmissionPolicySpec, Validation,
+    ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec,
+    ValidatingAdmissionPolicySpec, Validation,
 };
 use k8s_openapi::api::core::v1::ServiceAccount;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
 use kube::api::ObjectMeta;
 
 use crate::desired_shims::READY_LABEL_PREFIX;
@@ -60,7 +63,12 @@ pub fn service_account() -> ServiceAccount {
 pub fn cluster_role() -> ClusterRole {
     ClusterRole {
         metadata: meta(CLUSTER_ROLE, None),
-        rules: Some(vec![rule(&[""], &["nodes"], &["get", "list", "watch", "patch"], &[])]),
+        rules: Some(vec![rule(
+            &[""],
+            &["nodes"],
+            &["get", "list", "watch", "patch"],
+            &[],
+        )]),
         aggregation_rule: None,
     }
 }
@@ -84,7 +92,12 @@ pub fn role(slots: u32) -> Role {
         metadata: meta(INSTALLER, Some(NAMESPACE)),
         rules: Some(vec![
             rule(&["coordination.k8s.io"], &["leases"], &["create"], &[]),
-            rule(&["coordination.k8s.io"], &["leases"], &["get", "update", "patch"], &leases),
+            rule(
+                &["coordination.k8s.io"],
+                &["leases"],
+                &["get", "update", "patch"],
+                &leases,
+            ),
         ]),
     }
 }

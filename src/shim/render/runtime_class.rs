@@ -34,7 +34,10 @@ pub fn runtime_class(spec: &RuntimeClassSpec) -> RuntimeClass {
         scheduling: Some(Scheduling {
             // The installer sets this label only after containerd serves the handler, so pods
             // never land on a node where the sandbox cannot start.
-            node_selector: Some(BTreeMap::from([(ready_label(&spec.handler), READY_LABEL_VALUE.to_string())])),
+            node_selector: Some(BTreeMap::from([(
+                ready_label(&spec.handler),
+                READY_LABEL_VALUE.to_string(),
+            )])),
             tolerations: (!spec.tolerations.is_empty()).then(|| spec.tolerations.clone()),
         }),
     }

@@ -36,7 +36,12 @@ fn install_input(mut provider_config: serde_json::Value, shoot: &Shoot) -> Bundl
     let validated = config::load(Some(&provider_config), &catalog, shoot).unwrap();
     let vector = images::embedded().unwrap();
     let desired = desired::desired_shims(&validated, &vector).unwrap();
-    BundleInput::install(&validated, desired, "registry.example/containerd-shim-installer:v0.1.0", shoot)
+    BundleInput::install(
+        &validated,
+        desired,
+        "registry.example/containerd-shim-installer:v0.1.0",
+        shoot,
+    )
 }
 
 fn to_yaml(bundle: Bundle) -> String {
@@ -50,13 +55,19 @@ fn to_yaml(bundle: Bundle) -> String {
 }
 
 fn golden(name: &str, actual: &str) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("test/golden/bundle").join(format!("{name}.yaml"));
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("test/golden/bundle")
+        .join(format!("{name}.yaml"));
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
         std::fs::write(&path, actual).unwrap();
         return;
     }
-    let expected = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}; run `UPDATE_GOLDEN=1 cargo test --lib` to create it", path.display()));
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; run `UPDATE_GOLDEN=1 cargo test --lib` to create it",
+            path.display()
+        )
+    });
     if expected != actual {
         let diff: Vec<String> = expected
             .lines()
@@ -89,7 +100,11 @@ fn golden_spin_on_one_pool() {
 
 #[test]
 fn golden_three_shims_two_pools() {
-    let shoot = shoot(&[("worker-a", Some("containerd")), ("worker-b", None), ("other-cri", Some("cri-o"))]);
+    let shoot = shoot(&[
+        ("worker-a", Some("containerd")),
+        ("worker-b", None),
+        ("other-cri", Some("cri-o")),
+    ]);
     let input = install_input(
         json!({
             "apiVersion": "containerd-shim.extensions.gardener.cloud/v1alpha1", "kind": "ContainerdShimConfig",
@@ -113,7 +128,9 @@ fn golden_three_shims_two_pools() {
 fn golden_uninstall() {
     let shoot = shoot(&[("worker-a", None)]);
     let input = BundleInput::uninstall(
-        Rollout { max_concurrent_restarts: 1 },
+        Rollout {
+            max_concurrent_restarts: 1,
+        },
         k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1),
         "registry.example/containerd-shim-installer:v0.1.0",
         &shoot,
@@ -135,15 +152,28 @@ fn admission_policy_only_from_kubernetes_1_30() {
 #[test]
 fn every_namespaced_object_has_a_namespace_and_every_object_our_labels() {
     let shoot = shoot(&[("worker-a", None)]);
-    let input = install_input(json!({"shims": [{"name": "spin"}, {"name": "gvisor"}]}), &shoot);
+    let input = install_input(
+        json!({"shims": [{"name": "spin"}, {"name": "gvisor"}]}),
+        &shoot,
+    );
     for m in render(&input).into_manifests().unwrap() {
         let m = m.value();
         let kind = m["kind"].as_str().unwrap();
-        let cluster_scoped = ["ClusterRole", "ClusterRoleBinding", "RuntimeClass", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"];
+        let cluster_scoped = [
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "RuntimeClass",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+        ];
         if !cluster_scoped.contains(&kind) {
             assert_eq!(m["metadata"]["namespace"], "kube-system", "{kind}");
         }
-        assert_eq!(m["metadata"]["labels"]["app.kubernetes.io/managed-by"], "gardener-extension-containerd-shim", "{kind}");
+        assert_eq!(
+            m["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+            "gardener-extension-containerd-shim",
+            "{kind}"
+        );
     }
 }
 
@@ -152,8 +182,22 @@ fn the_pod_template_changes_exactly_when_the_desired_set_changes() {
     let shoot = shoot(&[("worker-a", None)]);
     let a = render(&install_input(json!({"shims": [{"name": "spin"}]}), &shoot));
     let b = render(&install_input(json!({"shims": [{"name": "spin"}]}), &shoot));
-    let c = render(&install_input(json!({"shims": [{"name": "spin", "options": {"SystemdCgroup": false}}]}), &shoot));
-    let hash = |b: &Bundle| b.daemon_set.spec.as_ref().unwrap().template.metadata.as_ref().unwrap().annotations.clone();
+    let c = render(&install_input(
+        json!({"shims": [{"name": "spin", "options": {"SystemdCgroup": false}}]}),
+        &shoot,
+    ));
+    let hash = |b: &Bundle| {
+        b.daemon_set
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .metadata
+            .as_ref()
+            .unwrap()
+            .annotations
+            .clone()
+    };
     assert_eq!(hash(&a), hash(&b));
     assert_ne!(hash(&a), hash(&c));
 }

@@ -1,0 +1,197 @@
+//! The record of exactly what this installer wrote into containerd's configuration.
+//!
+//! The installer keeps it in its on-host state file. Uninstall and every later install read it
+//! instead of guessing from file contents: a key is ours only if the record says so, so keys that
+//! others own are never touched, and a table of the same name that someone else wrote is a
+//! conflict, not ours to overwrite.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::key_path::KeyPath;
+
+/// Everything we own, per file.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Ownership {
+    /// Sorted by path; files in which we own nothing are left out.
+    #[serde(default)]
+    pub files: Vec<OwnedFile>,
+}
+
+/// What a file is to containerd; decides how uninstall validates and whether a backup is taken.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub enum FileRole {
+    /// A config file containerd reads directly (edited in place).
+    Config,
+    /// A drop-in that `main` imports (or, on k0s, that the distribution merges into `main`).
+    DropIn { main: PathBuf },
+    /// A template the distribution renders into `rendered` when it starts containerd.
+    Template { rendered: PathBuf },
+}
+
+/// Our part of one file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OwnedFile {
+    /// Host path.
+    pub path: PathBuf,
+    pub role: FileRole,
+    /// We created the file: uninstall deletes it as a whole.
+    #[serde(default)]
+    pub created: bool,
+    /// Runtime handler tables, by handler.
+    #[serde(default)]
+    pub handlers: Vec<OwnedHandler>,
+    /// Tables we created (parents such as `plugins."io.containerd.grpc.v1.cri".containerd.runtimes`,
+    /// our handler tables and their `options`). Uninstall removes one only when it is empty
+    /// afterwards; a table that existed before we came is never listed, so never removed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub created_tables: Vec<KeyPath>,
+    /// Entries we appended to the top-level `imports` array.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub imports: Vec<String>,
+    /// We created the `imports` key itself (remove it when our entries were its only ones).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub created_imports: bool,
+}
+
+/// Our keys in one handler's table.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OwnedHandler {
+    pub handler: String,
+    /// Absolute key path of the handler table.
+    pub table: KeyPath,
+    /// Keys we wrote, relative to `table` (e.g. `runtime_type`, `options.SystemdCgroup`).
+    pub keys: Vec<KeyPath>,
+    /// The `runtime_path` we wrote; identifies our table after a lost state file and lets
+    /// validation tell our runtime from a foreign one of the same name.
+    pub runtime_path: String,
+    /// The `runtime_type` we wrote.
+    pub runtime_type: String,
+}
+
+impl Ownership {
+    /// Our record for a file, if we own anything in it.
+    pub fn file(&self, path: &Path) -> Option<&OwnedFile> {
+        self.files.iter().find(|file| file.path == path)
+    }
+
+    /// Whether we own nothing anywhere.
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+
+    /// Every handler we own, over all files.
+    pub fn handlers(&self) -> impl Iterator<Item = &OwnedHandler> {
+        self.files.iter().flat_map(|file| file.handlers.iter())
+    }
+
+    /// Builds a normalised record: files sorted by path, empty records dropped.
+    pub(crate) fn from_files(files: impl IntoIterator<Item = OwnedFile>) -> Self {
+        let mut files: Vec<OwnedFile> = files.into_iter().filter(|file| !file.is_empty()).collect();
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        Ownership { files }
+    }
+}
+
+impl OwnedFile {
+    /// An empty record for a file.
+    pub fn new(path: impl Into<PathBuf>, role: FileRole) -> Self {
+        OwnedFile {
+            path: path.into(),
+            role,
+            created: false,
+            handlers: Vec::new(),
+            created_tables: Vec::new(),
+            imports: Vec::new(),
+            created_imports: false,
+        }
+    }
+
+    /// Whether the record claims nothing (then it need not be kept).
+    pub fn is_empty(&self) -> bool {
+        !self.created
+            && self.handlers.is_empty()
+            && self.created_tables.is_empty()
+            && self.imports.is_empty()
+            && !self.created_imports
+    }
+
+    /// Our record of a handler in this file.
+    pub fn handler(&self, handler: &str) -> Option<&OwnedHandler> {
+        self.handlers.iter().find(|owned| owned.handler == handler)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> Ownership {
+        let mut main = OwnedFile::new("/etc/containerd/config.toml", FileRole::Config);
+        main.imports = vec!["/etc/containerd/conf.d/50-containerd-shim.toml".into()];
+        main.created_imports = true;
+        let mut dropin = OwnedFile::new(
+            "/etc/containerd/conf.d/50-containerd-shim.toml",
+            FileRole::DropIn {
+                main: "/etc/containerd/config.toml".into(),
+            },
+        );
+        dropin.created = true;
+        dropin.handlers.push(OwnedHandler {
+            handler: "spin".into(),
+            table: KeyPath::new([
+                "plugins",
+                "io.containerd.cri.v1.runtime",
+                "containerd",
+                "runtimes",
+                "spin",
+            ]),
+            keys: vec![
+                KeyPath::new(["runtime_type"]),
+                KeyPath::new(["options", "SystemdCgroup"]),
+            ],
+            runtime_path: "/opt/spin".into(),
+            runtime_type: "io.containerd.spin.v2".into(),
+        });
+        let empty = OwnedFile::new("/nowhere", FileRole::Config);
+        Ownership::from_files([dropin, main, empty])
+    }
+
+    #[test]
+    fn normalises_order_and_drops_empty_records() {
+        let ownership = record();
+        let paths: Vec<_> = ownership.files.iter().map(|f| f.path.clone()).collect();
+        assert_eq!(
+            paths,
+            [
+                PathBuf::from("/etc/containerd/conf.d/50-containerd-shim.toml"),
+                PathBuf::from("/etc/containerd/config.toml")
+            ]
+        );
+        assert_eq!(ownership.handlers().count(), 1);
+        assert!(
+            ownership
+                .file(Path::new("/etc/containerd/conf.d/50-containerd-shim.toml"))
+                .unwrap()
+                .handler("spin")
+                .is_some()
+        );
+        assert!(Ownership::default().is_empty());
+    }
+
+    #[test]
+    fn round_trips_through_json_and_rejects_unknown_fields() {
+        let ownership = record();
+        let json = serde_json::to_string_pretty(&ownership).unwrap();
+        assert!(json.contains("\"createdImports\": true"), "{json}");
+        assert!(json.contains("\"dropIn\""), "{json}");
+        assert_eq!(serde_json::from_str::<Ownership>(&json).unwrap(), ownership);
+        let err = serde_json::from_str::<Ownership>(r#"{"files":[],"extra":1}"#).unwrap_err();
+        assert!(err.to_string().contains("extra"), "{err}");
+    }
+}

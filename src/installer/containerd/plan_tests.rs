@@ -1,0 +1,559 @@
+//! Behaviour of the planner: idempotence, drift repair, conflicts, migrations between
+//! strategies, ownership bookkeeping and every error path.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::desired_shims::OptionValue;
+
+use super::golden_tests::{fixture, gvisor, restart, spin};
+use super::*;
+
+const MAIN: &str = "/etc/containerd/config.toml";
+const DROP_IN: &str = "/etc/containerd/conf.d/50-containerd-shim.toml";
+const K3S: &str = "/var/lib/rancher/k3s/agent/etc/containerd";
+const C1: ContainerdVersion = ContainerdVersion::new(1, 7, 27);
+const C2: ContainerdVersion = ContainerdVersion::new(2, 3, 7);
+
+/// Locates, plans and applies an install; returns the plan.
+fn install(
+    host: &mut MemoryHost,
+    containerd: ContainerdVersion,
+    runtimes: &[RuntimeEntry],
+    previous: &Ownership,
+) -> Plan {
+    let target = locate(host, containerd, None).unwrap();
+    let plan = plan_install(host, &target, runtimes, previous).unwrap();
+    host.apply(&plan);
+    restart(host, &plan);
+    plan
+}
+
+fn uninstall(host: &mut MemoryHost, containerd: ContainerdVersion, previous: &Ownership) -> Plan {
+    let plan = plan_uninstall(host, containerd, previous).unwrap();
+    host.apply(&plan);
+    restart(host, &plan);
+    plan
+}
+
+fn try_install(
+    host: &MemoryHost,
+    containerd: ContainerdVersion,
+    runtimes: &[RuntimeEntry],
+) -> Result<Plan, ConfigError> {
+    let target = locate(host, containerd, None)?;
+    plan_install(host, &target, runtimes, &Ownership::default())
+}
+
+fn main_text(host: &MemoryHost) -> &str {
+    &host.files[Path::new(MAIN)]
+}
+
+fn replace_in(host: &mut MemoryHost, path: &str, from: &str, to: &str) {
+    let text = host.files.get_mut(Path::new(path)).unwrap();
+    assert!(text.contains(from), "{from:?} not in {text}");
+    *text = text.replacen(from, to, 1);
+}
+
+#[test]
+fn option_types_are_kept() {
+    let mut host = MemoryHost::new().with(MAIN, "version = 2\n");
+    let runtime = RuntimeEntry {
+        options: BTreeMap::from([
+            ("SystemdCgroup".into(), OptionValue::Bool(true)),
+            ("IoUid".into(), OptionValue::Int(1000)),
+            (
+                "BinaryName".into(),
+                OptionValue::String("/usr/bin/crun".into()),
+            ),
+            ("dotted.key".into(), OptionValue::String("x".into())),
+        ]),
+        pod_annotations: vec!["io.katacontainers.*".into(), "spin.*".into()],
+        privileged_without_host_devices: true,
+        ..spin()
+    };
+    install(&mut host, C1, &[runtime], &Ownership::default());
+    assert_eq!(
+        main_text(&host),
+        "version = 2\n\n\
+         [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.spin]\n\
+         runtime_type = \"io.containerd.spin.v2\"\n\
+         runtime_path = \"/var/lib/containerd-shim/bin/containerd-shim-spin-v2\"\n\
+         pod_annotations = [\"io.katacontainers.*\", \"spin.*\"]\n\
+         privileged_without_host_devices = true\n\n\
+         [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.spin.options]\n\
+         BinaryName = \"/usr/bin/crun\"\n\
+         IoUid = 1000\n\
+         SystemdCgroup = true\n\
+         \"dotted.key\" = \"x\"\n"
+    );
+}
+
+#[test]
+fn drift_removed_table_is_put_back() {
+    let original = fixture("v2-gardener.toml");
+    let mut host = MemoryHost::new().with(MAIN, original.clone());
+    let first = install(&mut host, C1, &[spin(), gvisor()], &Ownership::default());
+    let installed = main_text(&host).to_string();
+    // gardener-node-agent re-renders the file from its own state.
+    host.files.insert(MAIN.into(), original);
+    let repair = install(&mut host, C1, &[spin(), gvisor()], &first.ownership);
+    assert!(repair.changed);
+    assert_eq!(main_text(&host), installed);
+    assert_eq!(repair.ownership, first.ownership);
+}
+
+#[test]
+fn drift_changed_values_are_restored_keeping_comments() {
+    let mut host = MemoryHost::new().with(MAIN, fixture("v2-nvidia.toml"));
+    let first = install(&mut host, C1, &[spin()], &Ownership::default());
+    let installed = main_text(&host).to_string();
+    replace_in(
+        &mut host,
+        MAIN,
+        "runtime_type = \"io.containerd.spin.v2\"",
+        "runtime_type = \"io.containerd.spin.v1\" # someone's note",
+    );
+    replace_in(
+        &mut host,
+        MAIN,
+        "SystemdCgroup = true\n\n[plugins.\"io.containerd.grpc.v1.cri\".registry]",
+        "SystemdCgroup = \"true\"\n\n[plugins.\"io.containerd.grpc.v1.cri\".registry]",
+    );
+    let repair = install(&mut host, C1, &[spin()], &first.ownership);
+    assert!(repair.changed);
+    let expected = installed.replacen(
+        "runtime_type = \"io.containerd.spin.v2\"",
+        "runtime_type = \"io.containerd.spin.v2\" # someone's note",
+        1,
+    );
+    assert_eq!(main_text(&host), expected);
+}
+
+#[test]
+fn foreign_keys_in_our_table_are_left_alone() {
+    let original = "version = 2\n";
+    let mut host = MemoryHost::new().with(MAIN, original);
+    let first = install(&mut host, C1, &[spin()], &Ownership::default());
+    replace_in(
+        &mut host,
+        MAIN,
+        "runtime_path = \"/var/lib/containerd-shim/bin/containerd-shim-spin-v2\"\n",
+        "runtime_path = \"/var/lib/containerd-shim/bin/containerd-shim-spin-v2\"\nsnapshotter = \"overlayfs\"\n",
+    );
+    let again = install(&mut host, C1, &[spin()], &first.ownership);
+    assert!(!again.changed);
+    uninstall(&mut host, C1, &again.ownership);
+    // Only our keys went; the table stays because someone else's key is in it.
+    assert_eq!(
+        main_text(&host),
+        "version = 2\n\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.spin]\nsnapshotter = \"overlayfs\"\n"
+    );
+}
+
+#[test]
+fn a_foreign_runtime_of_the_same_name_is_a_conflict() {
+    let host = MemoryHost::new().with(MAIN, fixture("foreign-spin.toml"));
+    let err = try_install(&host, C1, &[spin()]).unwrap_err();
+    assert!(matches!(err, ConfigError::ForeignRuntime { .. }), "{err}");
+    let message = err.to_string();
+    assert!(message.contains(MAIN), "{message}");
+    assert!(
+        message.contains("plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.spin"),
+        "{message}"
+    );
+    assert!(
+        message.contains("runtime_path = \"/usr/local/bin/containerd-shim-spin-v2\""),
+        "{message}"
+    );
+}
+
+#[test]
+fn our_table_is_adopted_after_a_lost_state_file() {
+    let original = fixture("v2-debian.toml");
+    let mut host = MemoryHost::new().with(MAIN, original.clone());
+    install(&mut host, C1, &[spin()], &Ownership::default());
+    let installed = main_text(&host).to_string();
+    // The state file is gone: no record.
+    let adopted = install(&mut host, C1, &[spin()], &Ownership::default());
+    assert!(!adopted.changed && adopted.writes.is_empty());
+    assert_eq!(main_text(&host), installed);
+    uninstall(&mut host, C1, &adopted.ownership);
+    assert_eq!(main_text(&host), original);
+}
+
+#[test]
+fn parents_are_removed_only_when_we_created_them() {
+    // An explicit, empty runtimes table existed before: it must survive uninstall.
+    let original = "version = 2\n\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes]\n";
+    let mut host = MemoryHost::new().with(MAIN, original);
+    let plan = install(&mut host, C1, &[spin()], &Ownership::default());
+    let created = &plan.ownership.files[0].created_tables;
+    assert!(
+        !created.contains(&ConfigVersion::V2.runtimes_table()),
+        "{created:?}"
+    );
+    assert!(created.contains(&ConfigVersion::V2.runtime_table("spin")));
+    uninstall(&mut host, C1, &plan.ownership);
+    assert_eq!(main_text(&host), original);
+
+    // Parents we created go once the last of our handlers is gone, not before.
+    let mut host = MemoryHost::new().with(MAIN, "version = 2\n");
+    let both = install(&mut host, C1, &[spin(), gvisor()], &Ownership::default());
+    assert!(
+        both.ownership.files[0]
+            .created_tables
+            .contains(&KeyPath::new(["plugins"]))
+    );
+    let one = install(&mut host, C1, &[gvisor()], &both.ownership);
+    assert!(!main_text(&host).contains("runtimes.spin"));
+    assert!(main_text(&host).contains("runtimes.runsc"));
+    assert!(
+        one.ownership.files[0]
+            .created_tables
+            .contains(&KeyPath::new(["plugins"]))
+    );
+    let none = install(&mut host, C1, &[], &one.ownership);
+    assert_eq!(main_text(&host), "version = 2\n");
+    assert!(none.ownership.is_empty());
+}
+
+#[test]
+fn dropped_options_and_flags_are_removed() {
+    let mut host = MemoryHost::new().with(MAIN, "version = 2\n");
+    let full = RuntimeEntry {
+        privileged_without_host_devices: true,
+        pod_annotations: vec!["a".into()],
+        ..gvisor()
+    };
+    let first = install(&mut host, C1, &[full], &Ownership::default());
+    let bare = RuntimeEntry {
+        options: BTreeMap::new(),
+        ..gvisor()
+    };
+    let second = install(&mut host, C1, &[bare], &first.ownership);
+    assert!(second.changed);
+    assert_eq!(
+        main_text(&host),
+        "version = 2\n\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runsc]\n\
+         runtime_type = \"io.containerd.runsc.v1\"\n\
+         runtime_path = \"/var/lib/containerd-shim/bin/containerd-shim-runsc-v1\"\n"
+    );
+    assert_eq!(
+        second.ownership.files[0].handlers[0].keys,
+        [
+            KeyPath::new(["runtime_type"]),
+            KeyPath::new(["runtime_path"])
+        ]
+    );
+}
+
+#[test]
+fn upgrading_containerd_to_2_moves_our_tables_into_a_drop_in() {
+    let original = fixture("v2-gardener.toml");
+    let mut host = MemoryHost::new().with(MAIN, original.clone());
+    let on_1 = install(&mut host, C1, &[spin()], &Ownership::default());
+    assert!(main_text(&host).contains("runtimes.spin"));
+    let on_2 = install(&mut host, C2, &[spin()], &on_1.ownership);
+    assert!(on_2.changed);
+    assert_eq!(
+        main_text(&host),
+        original,
+        "main file back to its original bytes"
+    );
+    assert!(host.files[Path::new(DROP_IN)].contains("version = 2\n"));
+    assert_eq!(on_2.ownership.files.len(), 1);
+    assert_eq!(on_2.ownership.files[0].path, PathBuf::from(DROP_IN));
+    // The drop-in is written before the main file changes (an import never dangles).
+    let order: Vec<_> = on_2.writes.iter().map(|w| w.path.clone()).collect();
+    assert_eq!(order, [PathBuf::from(DROP_IN), PathBuf::from(MAIN)]);
+}
+
+#[test]
+fn a_migrated_config_keeps_our_runtime() {
+    // Someone ran `containerd config migrate`: our table moved to the v3 path with the file.
+    let mut host = MemoryHost::new().with(MAIN, "version = 2\n");
+    let first = install(&mut host, C1, &[spin()], &Ownership::default());
+    let migrated = main_text(&host)
+        .replace("version = 2", "version = 3")
+        .replace("io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime");
+    host.files.insert(MAIN.into(), migrated.clone());
+    let target = Target {
+        distro: Distro::Generic,
+        containerd: C1,
+        config: MAIN.into(),
+        version: ConfigVersion::V3,
+        strategy: WriteStrategy::InPlace { file: MAIN.into() },
+    };
+    let plan = plan_install(&host, &target, &[spin()], &first.ownership).unwrap();
+    assert!(!plan.changed, "{plan:#?}");
+    assert_eq!(
+        plan.ownership.files[0].handlers[0].table,
+        ConfigVersion::V3.runtime_table("spin")
+    );
+}
+
+#[test]
+fn drop_in_with_import_round_trip() {
+    let original = fixture("v3-no-imports.toml");
+    let mut host = MemoryHost::new().with(MAIN, original.clone());
+    let plan = install(&mut host, C2, &[spin()], &Ownership::default());
+    assert!(main_text(&host).contains(&format!("imports = [\"{DROP_IN}\"]")));
+    assert_eq!(plan.backups.len(), 1, "only the main file is backed up");
+    // Someone edits our drop-in: it is regenerated.
+    replace_in(
+        &mut host,
+        DROP_IN,
+        "SystemdCgroup = true",
+        "SystemdCgroup = false",
+    );
+    let repair = install(&mut host, C2, &[spin()], &plan.ownership);
+    assert_eq!(repair.writes.len(), 1);
+    assert_eq!(repair.writes[0].path, PathBuf::from(DROP_IN));
+    let removal = uninstall(&mut host, C2, &repair.ownership);
+    // The import goes (a write) before the drop-in (a delete).
+    assert_eq!(removal.writes[0].path, PathBuf::from(MAIN));
+    assert_eq!(removal.deletes[0].path, PathBuf::from(DROP_IN));
+    assert_eq!(main_text(&host), original);
+    assert!(!host.files.contains_key(Path::new(DROP_IN)));
+}
+
+#[test]
+fn a_foreign_file_at_our_drop_in_path_is_refused_unless_it_is_ours() {
+    let host = MemoryHost::new()
+        .with(MAIN, fixture("v3-default.toml"))
+        .with(DROP_IN, "version = 3\n[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.x]\n  runtime_type = \"io.containerd.x.v1\"\n");
+    let err = try_install(&host, C2, &[spin()]).unwrap_err();
+    assert!(matches!(err, ConfigError::ForeignFile { .. }), "{err}");
+    assert!(err.to_string().contains("runtime `x`"), "{err}");
+    let host = host.with(DROP_IN, "not toml [");
+    assert!(matches!(
+        try_install(&host, C2, &[spin()]).unwrap_err(),
+        ConfigError::ForeignFile { .. }
+    ));
+
+    // Our own drop-in from a run whose state was lost is taken back.
+    let mut host = MemoryHost::new().with(MAIN, fixture("v3-default.toml"));
+    install(&mut host, C2, &[spin()], &Ownership::default());
+    let again = try_install(&host, C2, &[spin()]).unwrap();
+    assert!(!again.changed);
+}
+
+#[test]
+fn an_empty_desired_set_removes_everything() {
+    let mut host = MemoryHost::new().with(MAIN, fixture("v4-default.toml"));
+    let first = install(&mut host, C2, &[spin()], &Ownership::default());
+    let plan = install(&mut host, C2, &[], &first.ownership);
+    assert!(plan.changed);
+    assert_eq!(plan.deletes.len(), 1);
+    assert!(plan.ownership.is_empty());
+    assert_eq!(main_text(&host), fixture("v4-default.toml"));
+    let validation = plan.validation.unwrap();
+    assert!(validation.present.is_empty());
+    assert_eq!(validation.absent[0].handler, "spin");
+}
+
+#[test]
+fn nothing_to_do_means_no_validation() {
+    let mut host = MemoryHost::new().with(MAIN, "version = 2\n");
+    let first = install(&mut host, C1, &[spin()], &Ownership::default());
+    assert!(first.validation.is_some());
+    let again = install(&mut host, C1, &[spin()], &first.ownership);
+    assert!(!again.changed && again.validation.is_none() && again.backups.is_empty());
+}
+
+#[test]
+fn line_endings_dotted_keys_and_missing_final_newline_survive() {
+    for original in [
+        "version = 2\r\n[plugins.\"io.containerd.grpc.v1.cri\"]\r\n  sandbox_image = \"x\"\r\n",
+        "version = 2\nplugins.\"io.containerd.grpc.v1.cri\".containerd.snapshotter = \"overlayfs\"",
+        "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\ncontainerd.snapshotter = \"overlayfs\" # dotted",
+    ] {
+        let mut host = MemoryHost::new().with(MAIN, original);
+        let plan = install(&mut host, C1, &[spin(), gvisor()], &Ownership::default());
+        let installed = main_text(&host).to_string();
+        assert!(
+            installed.parse::<toml_edit::DocumentMut>().is_ok(),
+            "{installed}"
+        );
+        if original.contains('\r') {
+            assert!(
+                !installed.replace("\r\n", "").contains('\n'),
+                "{installed:?}"
+            );
+        }
+        uninstall(&mut host, C1, &plan.ownership);
+        assert_eq!(main_text(&host), original);
+    }
+}
+
+#[test]
+fn template_edits_keep_the_header_and_track_the_rendering() {
+    let template = format!("{K3S}/config-v3.toml.tmpl");
+    let rendered = format!("{K3S}/config.toml");
+    let mut host = MemoryHost::new()
+        .with(&rendered, fixture("k3s-config.toml"))
+        .with(&template, fixture("k3s-config-v3.toml.tmpl"));
+    let target = locate(&host, C2, None).unwrap();
+    let plan = plan_install(&host, &target, &[spin()], &Ownership::default()).unwrap();
+    host.apply(&plan);
+    assert!(host.files[Path::new(&template)].starts_with("{{ template \"base\" . }}\n"));
+    // Not restarted yet: the rendering lacks our table, so the change is still pending.
+    let pending = plan_install(&host, &target, &[spin()], &plan.ownership).unwrap();
+    assert!(pending.changed && pending.writes.is_empty(), "{pending:#?}");
+    restart(&mut host, &pending);
+    let settled = plan_install(&host, &target, &[spin()], &plan.ownership).unwrap();
+    assert!(!settled.changed);
+}
+
+#[test]
+fn template_conflicts_and_unsafe_values() {
+    let rendered = format!("{K3S}/config.toml");
+    // k3s' base config already defines a runtime named like ours (e.g. its wasm detection).
+    let host = MemoryHost::new().with(
+        &rendered,
+        "version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.spin]\n  runtime_type = \"io.containerd.spin.v2\"\n  runtime_path = \"/usr/bin/containerd-shim-spin-v2\"\n",
+    );
+    let err = try_install(&host, C2, &[spin()]).unwrap_err();
+    assert!(matches!(err, ConfigError::ForeignRuntime { .. }), "{err}");
+    assert!(err.to_string().contains(&rendered), "{err}");
+
+    let host = MemoryHost::new().with(&rendered, "version = 3\n");
+    let mut templated = spin();
+    templated.options.insert(
+        "ConfigPath".into(),
+        OptionValue::String("{{ .Evil }}".into()),
+    );
+    let err = try_install(&host, C2, &[templated]).unwrap_err();
+    assert!(
+        matches!(err, ConfigError::UnsafeTemplateValue { .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("runtimes.spin.options.ConfigPath"),
+        "{err}"
+    );
+
+    let host = MemoryHost::new().with(&rendered, "version = 2\n").with(
+        format!("{K3S}/config.toml.tmpl"),
+        fixture("k3s-unsafe.toml.tmpl"),
+    );
+    let err = try_install(&host, C1, &[spin()]).unwrap_err();
+    assert!(
+        matches!(err, ConfigError::UnsafeTemplate { line: 4, .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn k0s_validation_imports_the_drop_in_into_a_scratch_copy() {
+    let mut host =
+        MemoryHost::new().with("/etc/k0s/containerd.toml", fixture("k0s-containerd.toml"));
+    let plan = install(&mut host, C1, &[spin()], &Ownership::default());
+    let validation = plan.validation.as_ref().unwrap();
+    let scratch = validation.scratch.as_ref().unwrap();
+    assert_eq!(validation.config, scratch.path);
+    assert!(
+        scratch
+            .content
+            .contains("/etc/k0s/containerd.d/50-containerd-shim.toml")
+    );
+    let removal = uninstall(&mut host, C1, &plan.ownership);
+    assert_eq!(
+        removal.validation.unwrap().config,
+        PathBuf::from("/etc/k0s/containerd.toml")
+    );
+}
+
+#[test]
+fn errors_plan_nothing() {
+    let host = MemoryHost::new().with(MAIN, "version = 2\n");
+    let cases: Vec<(MemoryHost, Vec<RuntimeEntry>, &str)> = vec![
+        (
+            host.clone(),
+            vec![RuntimeEntry {
+                handler: "Spin".into(),
+                ..spin()
+            }],
+            "runtime handler \"Spin\" is invalid",
+        ),
+        (host.clone(), vec![spin(), spin()], "listed more than once"),
+        (
+            MemoryHost::new().with(MAIN, "version = 2\n[plugins\n"),
+            vec![spin()],
+            "/etc/containerd/config.toml is not valid TOML",
+        ),
+        (
+            MemoryHost::new().with(MAIN, "version = 7\n"),
+            vec![spin()],
+            "`version = 7`",
+        ),
+        (
+            MemoryHost::new().with(
+                MAIN,
+                "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\nruntimes = \"none\"\n",
+            ),
+            vec![spin()],
+            "`plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes` is a string, expected a table",
+        ),
+        (
+            MemoryHost::new().with(
+                MAIN,
+                "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\nruntimes = { spin = { runtime_type = \"x\" } }\n",
+            ),
+            vec![spin()],
+            "is an inline table, expected a table",
+        ),
+        (
+            MemoryHost::new().with(
+                MAIN,
+                "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.spin]\nruntime_path = \"/var/lib/containerd-shim/bin/containerd-shim-spin-v2\"\noptions = { SystemdCgroup = true }\n",
+            ),
+            vec![spin()],
+            "runtimes.spin.options` is an inline table",
+        ),
+        (
+            MemoryHost::new().with(
+                MAIN,
+                "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.spin]\nruntime_path = \"/var/lib/containerd-shim/bin/containerd-shim-spin-v2\"\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.spin.runtime_type]\n",
+            ),
+            vec![spin()],
+            "runtimes.spin.runtime_type` is a table, expected a value",
+        ),
+    ];
+    for (host, runtimes, expected) in cases {
+        let err = try_install(&host, C1, &runtimes).unwrap_err().to_string();
+        assert!(err.contains(expected), "expected {expected:?} in: {err}");
+    }
+    let err = plan_uninstall(
+        &MemoryHost::new(),
+        ContainerdVersion::new(0, 1, 0),
+        &Ownership::default(),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, ConfigError::UnsupportedContainerd { .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn uninstall_tolerates_files_that_are_already_gone() {
+    let mut host = MemoryHost::new().with(MAIN, fixture("v3-default.toml"));
+    let plan = install(&mut host, C2, &[spin()], &Ownership::default());
+    host.files.remove(Path::new(DROP_IN));
+    let removal = uninstall(&mut host, C2, &plan.ownership);
+    assert!(!removal.changed && removal.ownership.is_empty());
+}
+
+#[test]
+fn ownership_survives_the_state_file() {
+    let mut host = MemoryHost::new().with(MAIN, fixture("v2-debian.toml"));
+    let plan = install(&mut host, C2, &[spin(), gvisor()], &Ownership::default());
+    let stored = serde_json::to_string(&plan.ownership).unwrap();
+    let loaded: Ownership = serde_json::from_str(&stored).unwrap();
+    let again = install(&mut host, C2, &[spin(), gvisor()], &loaded);
+    assert!(!again.changed);
+    uninstall(&mut host, C2, &loaded);
+    assert_eq!(main_text(&host), fixture("v2-debian.toml"));
+}

@@ -1,0 +1,310 @@
+//! One runtime handler as it is written into the config: the desired shim with its host paths
+//! resolved.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::desired_shims::{BIN_DIR_PLACEHOLDER, CONFIG_DIR_PLACEHOLDER, DesiredShim, OptionValue};
+
+use super::error::ConfigError;
+
+/// What the engine writes into `runtimes.<handler>`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RuntimeEntry {
+    /// The table key and `RuntimeClass.handler` (DNS-1123 label).
+    pub handler: String,
+    /// `runtime_type`, e.g. `io.containerd.spin.v2`.
+    pub runtime_type: String,
+    /// `runtime_path`: absolute host path of the stable symlink the installer manages, so an
+    /// upgrade swaps the symlink and never edits the config.
+    pub runtime_path: String,
+    /// `pod_annotations`; written only when non-empty.
+    #[serde(default)]
+    pub pod_annotations: Vec<String>,
+    /// `privileged_without_host_devices`; written only when true.
+    #[serde(default)]
+    pub privileged_without_host_devices: bool,
+    /// The `options` sub-table, typed as the shim's option struct expects.
+    #[serde(default)]
+    pub options: BTreeMap<String, OptionValue>,
+}
+
+impl RuntimeEntry {
+    /// Resolves a desired shim for this node: `runtime_path` is the shim's stable symlink, and
+    /// `{{configDir}}` / `{{binDir}}` in option values become the shim's host directories.
+    pub fn from_desired(
+        shim: &DesiredShim,
+        runtime_path: &Path,
+        config_dir: &Path,
+        bin_dir: &Path,
+    ) -> Result<Self, ConfigError> {
+        let utf8 = |path: &Path| {
+            path.to_str()
+                .map(str::to_string)
+                .ok_or_else(|| ConfigError::NonUtf8Path {
+                    path: path.to_path_buf(),
+                })
+        };
+        let config_dir = utf8(config_dir)?;
+        let bin_dir = utf8(bin_dir)?;
+        let options = shim
+            .options
+            .iter()
+            .map(|(key, value)| {
+                let value = match value {
+                    OptionValue::String(text) => OptionValue::String(
+                        text.replace(CONFIG_DIR_PLACEHOLDER, &config_dir)
+                            .replace(BIN_DIR_PLACEHOLDER, &bin_dir),
+                    ),
+                    other => other.clone(),
+                };
+                (key.clone(), value)
+            })
+            .collect();
+        let entry = RuntimeEntry {
+            handler: shim.handler.clone(),
+            runtime_type: shim.runtime_type.clone(),
+            runtime_path: utf8(runtime_path)?,
+            pod_annotations: shim.pod_annotations.clone(),
+            privileged_without_host_devices: shim.privileged_without_host_devices,
+            options,
+        };
+        entry.validate()?;
+        Ok(entry)
+    }
+
+    /// Checks what containerd and Kubernetes require of these values.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        validate_handler(&self.handler)?;
+        let invalid = |field: &'static str, value: &str, reason: &'static str| {
+            Err(ConfigError::InvalidRuntime {
+                handler: self.handler.clone(),
+                field,
+                value: value.to_string(),
+                reason,
+            })
+        };
+        if self.runtime_type.is_empty() || self.runtime_type.contains(char::is_whitespace) {
+            return invalid(
+                "runtime_type",
+                &self.runtime_type,
+                "must be a non-empty name without spaces",
+            );
+        }
+        // containerd rejects relative shim paths; and only an absolute path keeps working when
+        // containerd's PATH does not contain our directory.
+        if !self.runtime_path.starts_with('/') {
+            return invalid(
+                "runtime_path",
+                &self.runtime_path,
+                "must be an absolute host path",
+            );
+        }
+        if let Some(empty) = self.pod_annotations.iter().find(|a| a.is_empty()) {
+            return invalid("pod_annotations", empty, "entries must not be empty");
+        }
+        if self.options.keys().any(String::is_empty) {
+            return invalid("options", "", "option names must not be empty");
+        }
+        Ok(())
+    }
+
+    /// Every string value this entry writes, with the key it goes to (relative to the table).
+    pub(crate) fn strings(&self) -> Vec<(Vec<&str>, &str)> {
+        let mut out = vec![
+            (vec!["runtime_type"], self.runtime_type.as_str()),
+            (vec!["runtime_path"], self.runtime_path.as_str()),
+        ];
+        out.extend(
+            self.pod_annotations
+                .iter()
+                .map(|a| (vec!["pod_annotations"], a.as_str())),
+        );
+        for (key, value) in &self.options {
+            if let OptionValue::String(text) = value {
+                out.push((vec!["options", key.as_str()], text.as_str()));
+            }
+        }
+        out
+    }
+}
+
+/// A RuntimeClass handler must be a DNS-1123 label, and the same string is our table key.
+pub fn validate_handler(handler: &str) -> Result<(), ConfigError> {
+    let invalid = |reason| {
+        Err(ConfigError::InvalidHandler {
+            handler: handler.to_string(),
+            reason,
+        })
+    };
+    if handler.is_empty() || handler.len() > 63 {
+        return invalid("must be 1 to 63 characters long");
+    }
+    if !handler
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
+        return invalid("must consist of lower-case letters, digits and '-'");
+    }
+    if handler.starts_with('-') || handler.ends_with('-') {
+        return invalid("must start and end with a letter or digit");
+    }
+    Ok(())
+}
+
+/// Refuses a desired set that names a handler twice: two shims cannot share one table.
+pub(crate) fn validate_set(runtimes: &[RuntimeEntry]) -> Result<(), ConfigError> {
+    let mut seen = std::collections::BTreeSet::new();
+    for runtime in runtimes {
+        runtime.validate()?;
+        if !seen.insert(runtime.handler.as_str()) {
+            return Err(ConfigError::DuplicateHandler {
+                handler: runtime.handler.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Built from JSON so that fields added to the contract later (all optional) do not break it.
+    fn gvisor() -> DesiredShim {
+        serde_json::from_str(
+            r#"{
+                "name": "gvisor",
+                "handler": "runsc",
+                "runtimeType": "io.containerd.runsc.v1",
+                "version": "20250101",
+                "binaries": [{"name": "containerd-shim-runsc-v1",
+                              "source": {"url": {"artifacts": {}}}}],
+                "options": {
+                    "TypeUrl": "io.containerd.runsc.v1.options",
+                    "ConfigPath": "{{configDir}}/runsc.toml",
+                    "BinaryName": "{{binDir}}/runsc",
+                    "SystemdCgroup": true,
+                    "IoUid": 0
+                },
+                "podAnnotations": ["dev.gvisor.*"]
+            }"#,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn resolves_placeholders_and_keeps_types() {
+        let entry = RuntimeEntry::from_desired(
+            &gvisor(),
+            Path::new("/var/lib/shim/bin/containerd-shim-runsc-v1"),
+            Path::new("/var/lib/shim/gvisor/1/config"),
+            Path::new("/var/lib/shim/gvisor/1/bin"),
+        )
+        .unwrap();
+        assert_eq!(entry.handler, "runsc");
+        assert_eq!(
+            entry.options["ConfigPath"],
+            OptionValue::String("/var/lib/shim/gvisor/1/config/runsc.toml".into())
+        );
+        assert_eq!(
+            entry.options["BinaryName"],
+            OptionValue::String("/var/lib/shim/gvisor/1/bin/runsc".into())
+        );
+        assert_eq!(entry.options["SystemdCgroup"], OptionValue::Bool(true));
+        assert_eq!(entry.options["IoUid"], OptionValue::Int(0));
+        assert_eq!(
+            entry.runtime_path,
+            "/var/lib/shim/bin/containerd-shim-runsc-v1"
+        );
+    }
+
+    #[test]
+    fn rejects_bad_handlers() {
+        for handler in [
+            "",
+            "Spin",
+            "spin_v2",
+            "-spin",
+            "spin-",
+            "a.b",
+            &"a".repeat(64),
+        ] {
+            let err = validate_handler(handler).unwrap_err();
+            assert!(
+                err.to_string().contains(&format!("{handler:?}")),
+                "{handler}: {err}"
+            );
+        }
+        for handler in ["spin", "kata-qemu", "a", "wasmtime-v1", &"a".repeat(63)] {
+            validate_handler(handler).unwrap();
+        }
+    }
+
+    #[test]
+    fn rejects_bad_fields() {
+        let base = RuntimeEntry {
+            handler: "spin".into(),
+            runtime_type: "io.containerd.spin.v2".into(),
+            runtime_path: "/opt/shim".into(),
+            pod_annotations: vec![],
+            privileged_without_host_devices: false,
+            options: BTreeMap::new(),
+        };
+        base.validate().unwrap();
+        let cases: Vec<(RuntimeEntry, &str)> = vec![
+            (
+                RuntimeEntry {
+                    runtime_path: "bin/shim".into(),
+                    ..base.clone()
+                },
+                "runtime_path \"bin/shim\"",
+            ),
+            (
+                RuntimeEntry {
+                    runtime_type: String::new(),
+                    ..base.clone()
+                },
+                "runtime_type \"\"",
+            ),
+            (
+                RuntimeEntry {
+                    pod_annotations: vec![String::new()],
+                    ..base.clone()
+                },
+                "pod_annotations",
+            ),
+            (
+                RuntimeEntry {
+                    options: BTreeMap::from([(String::new(), OptionValue::Bool(true))]),
+                    ..base.clone()
+                },
+                "option names",
+            ),
+        ];
+        for (entry, expected) in cases {
+            let err = entry.validate().unwrap_err().to_string();
+            assert!(err.contains("runtime spin"), "{err}");
+            assert!(err.contains(expected), "{err}");
+        }
+        let err = validate_set(&[base.clone(), base]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("\"spin\" is listed more than once"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn rejects_non_utf8_paths() {
+        use std::ffi::OsStr;
+        use std::os::unix::ffi::OsStrExt;
+        let bad = Path::new(OsStr::from_bytes(b"/var/\xff/shim"));
+        let err = RuntimeEntry::from_desired(&gvisor(), bad, Path::new("/c"), Path::new("/b"))
+            .unwrap_err();
+        assert!(matches!(err, ConfigError::NonUtf8Path { .. }), "{err}");
+    }
+}
