@@ -5,3 +5,4 @@ pub mod api;
 pub mod error_codes;
 pub mod imagevector;
 pub mod cache;
+pub mod runtime;

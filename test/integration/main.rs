@@ -5,4 +5,5 @@
 mod support;
 
 mod containerd_config;
+mod gardener_runtime;
 mod harness;
