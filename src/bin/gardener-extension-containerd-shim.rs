@@ -1,18 +1,15 @@
-//! The seed controller of the containerd-shim Gardener extension.
+//! The seed controller of the containerd-shim Gardener extension, and its offline renderer.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use gardener_extension_containerd_shim::gardener::runtime::{
-    self, Manager, RuntimeError, RuntimeOptions,
+use gardener_extension_containerd_shim::gardener::runtime::{self, Manager, RuntimeOptions};
+use gardener_extension_containerd_shim::shim::controllers::{
+    self, CONTROLLERS, ControllerOptions, EXTENSION_NAME, SetupError, ShimOptions,
 };
-
-/// The extension's name: `holderIdentity` of the heartbeat, prefix of the leader-election Lease.
-const EXTENSION_NAME: &str = "containerd-shim";
-
-/// Every controller of this extension, for `--controllers` and `--disable-controllers`.
-const CONTROLLERS: &[&str] = &["extension", "healthcheck", "heartbeat"];
+use gardener_extension_containerd_shim::shim::offline;
 
 /// Gardener extension controller that installs extra containerd runtimes (Spin, wasmtime,
 /// WasmEdge, gVisor, Kata, ...) on shoot nodes: it reconciles `Extension` resources of type
@@ -28,19 +25,59 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the controller in the seed: leader election, heartbeat, health and metrics
-    /// endpoints, and the extension's controllers.
-    Run(RunArgs),
+    /// endpoints, the Extension controller and the health-check controller.
+    Run(Box<RunArgs>),
+    /// Print the shoot bundle an Extension would produce, without a cluster. Invalid input
+    /// fails with the error the controller would report.
+    Render(RenderArgs),
 }
 
 #[derive(Debug, clap::Args)]
 struct RunArgs {
     #[command(flatten)]
     runtime: RuntimeOptions,
+    #[command(flatten)]
+    controllers: ControllerOptions,
+}
+
+#[derive(Debug, clap::Args)]
+struct RenderArgs {
+    /// The Extension manifest (YAML).
+    #[arg(short = 'f', long = "file", value_name = "EXTENSION")]
+    extension: PathBuf,
+    /// The Cluster manifest whose Shoot provides worker pools and the Kubernetes version.
+    /// Without it, a Shoot with one containerd pool `worker` (and every pool the providerConfig
+    /// names) is assumed.
+    #[arg(long, value_name = "CLUSTER")]
+    cluster: Option<PathBuf>,
+    #[command(flatten)]
+    shim: ShimOptions,
 }
 
 fn main() -> ExitCode {
     match Cli::parse().command {
-        Command::Run(args) => run(args),
+        Command::Run(args) => run(*args),
+        Command::Render(args) => render(args),
+    }
+}
+
+fn render(args: RenderArgs) -> ExitCode {
+    let (catalog, images) = match controllers::load_catalog_and_images(&args.shim) {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match offline::render_files(&args.extension, args.cluster.as_deref(), &catalog, &images) {
+        Ok(yaml) => {
+            print!("{yaml}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -59,7 +96,7 @@ fn run(args: RunArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = tokio.block_on(serve(args.runtime));
+    let result = tokio.block_on(serve(args));
     // Tasks still blocked in the OS (a DNS lookup, a file read) must not delay the exit, in
     // particular after a lost leadership.
     tokio.shutdown_timeout(Duration::from_secs(1));
@@ -72,9 +109,8 @@ fn run(args: RunArgs) -> ExitCode {
     }
 }
 
-async fn serve(options: RuntimeOptions) -> Result<(), RuntimeError> {
-    let manager = Manager::new(options, EXTENSION_NAME, CONTROLLERS).await?;
-    // The extension and health-check controllers are added here once they exist; until then
-    // the manager runs the built-in heartbeat only.
-    manager.run().await
+async fn serve(args: RunArgs) -> Result<(), SetupError> {
+    let mut manager = Manager::new(args.runtime, EXTENSION_NAME, CONTROLLERS).await?;
+    controllers::add_controllers(&mut manager, &args.controllers)?;
+    Ok(manager.run().await?)
 }

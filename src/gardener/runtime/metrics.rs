@@ -77,6 +77,8 @@ pub enum OperationResult {
     Error,
     /// Not performed, e.g. because the shoot has failed or the object was migrated.
     Skipped,
+    /// Still under way; the operation is asked again later.
+    InProgress,
 }
 
 impl OperationResult {
@@ -85,6 +87,7 @@ impl OperationResult {
             Self::Succeeded => "succeeded",
             Self::Error => "error",
             Self::Skipped => "skipped",
+            Self::InProgress => "in_progress",
         }
     }
 }
