@@ -404,7 +404,10 @@ async fn a_bad_config_is_a_configuration_problem_and_keeps_the_bundle() {
     assert!(ext.description.contains("Spin_V2"), "{}", ext.description);
     let mr_after = f.managed_resource().await.unwrap();
     assert_eq!(mr_after.spec, mr_before.spec, "the applied bundle stays");
-    assert_eq!(mr_after.resource_version(), mr_before.resource_version());
+    assert_eq!(
+        mr_after.metadata.annotations, mr_before.metadata.annotations,
+        "no new secret reference"
+    );
     assert_eq!(
         f.runtime_class("wasmtime-spin-v2")
             .await
