@@ -154,7 +154,10 @@ pub(crate) async fn run(
                     // Dropping the receiver makes the manager's task release the Lease, so a
                     // stand-by need not wait for it to expire.
                     drop(holder);
-                    match tokio::time::timeout(retry * 2, &mut task).await {
+                    // Up to a lease duration: after that the Lease has expired anyway, and a
+                    // loaded API server may take more than a retry period to answer.
+                    let release_timeout = Duration::from_secs(config.timing.lease_duration_seconds);
+                    match tokio::time::timeout(release_timeout, &mut task).await {
                         Ok(Ok(Ok(_))) => tracing::info!(lease = %config.lease_name, "Released the leader-election Lease"),
                         Ok(Ok(Err(e))) => tracing::warn!(error = %e, "Failed to release the leader-election Lease"),
                         Ok(Err(e)) => tracing::warn!(error = %e, "Leader-election task failed"),
