@@ -9,3 +9,4 @@ pub mod healthcheck;
 pub mod imagevector;
 pub mod managed_resource;
 pub mod runtime;
+pub mod shoot_client;

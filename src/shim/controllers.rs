@@ -21,6 +21,7 @@ use crate::gardener::runtime::{Manager, RuntimeError};
 use crate::shim::actuator::{ActuatorSettings, MANAGED_RESOURCE, ORIGIN, ShimActuator};
 use crate::shim::config::catalog::CatalogError;
 use crate::shim::config::{Catalog, images};
+use crate::shim::health::VerifiedNodesCheck;
 
 /// The extension type, also the finalizer suffix.
 pub const EXTENSION_TYPE: &str = "containerd-shim";
@@ -107,10 +108,12 @@ pub fn add_controllers(
         });
     }
 
+    let catalog = Arc::new(catalog);
+    let images = Arc::new(images);
     let actuator = ShimActuator::new(
         client.clone(),
-        Arc::new(catalog),
-        Arc::new(images),
+        catalog.clone(),
+        images.clone(),
         ActuatorSettings {
             uninstall_timeout: options.shim.uninstall_timeout,
             ..ActuatorSettings::default()
@@ -149,7 +152,10 @@ pub fn add_controllers(
 
     let mut health = HealthCheckConfig::new(EXTENSION_TYPE).register(
         SYSTEM_COMPONENTS_HEALTHY,
-        vec![Arc::new(ManagedResourceCheck::new(MANAGED_RESOURCE))],
+        vec![
+            Arc::new(ManagedResourceCheck::new(MANAGED_RESOURCE)),
+            Arc::new(VerifiedNodesCheck::new(catalog, images)),
+        ],
     );
     health.classes = options.extension.extension_classes.clone();
     health.period = options.healthcheck.healthcheck_period;

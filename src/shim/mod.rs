@@ -4,5 +4,6 @@
 pub mod actuator;
 pub mod config;
 pub mod controllers;
+pub mod health;
 pub mod offline;
 pub mod render;

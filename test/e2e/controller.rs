@@ -1,15 +1,17 @@
 //! The controller binary with all its controllers: an Extension converges, the bundle reaches
 //! the shoot, health is reported, and the process is ready and counts its work.
 
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use kube::Api;
-use kube::api::PostParams;
+use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use gardener_extension_containerd_shim::gardener::api::{Cluster, ConditionStatus, Extension};
 
 use crate::support::process::Replica;
-use crate::support::{self, gardenlet, objects, poll};
+use crate::support::{self, gardenlet, nodes, objects, poll};
 
 #[tokio::test]
 async fn the_binary_converges_an_extension_and_reports_its_health() {
@@ -77,9 +79,82 @@ async fn the_binary_converges_an_extension_and_reports_its_health() {
         },
     )
     .await;
+
+    // With a way into the shoot (gardenlet's `gardener` secret), the condition counts the nodes
+    // each shim is verified on: the readiness labels the installers set.
+    let shoot_kubeconfig =
+        std::fs::read(&c.env.shoot_kubeconfig).expect("read the shoot kubeconfig");
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some("gardener".into()),
+            ..Default::default()
+        },
+        data: Some([("kubeconfig".to_string(), ByteString(shoot_kubeconfig))].into()),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(c.seed.clone(), &ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create the shoot access secret");
+    let names = vec![
+        support::unique_name("verified"),
+        support::unique_name("pending"),
+    ];
+    nodes::create_nodes(&c.shoot, &names, "worker-a").await;
+    let _kubelets = nodes::start(
+        c.shoot.clone(),
+        "kube-system",
+        "app.kubernetes.io/name=containerd-shim-installer",
+    );
+    let node_api: Api<Node> = Api::all(c.shoot.clone());
+    let ready = json!({"metadata": {"labels": {"containerd-shim.extensions.gardener.cloud/wasmtime": "ready"}}});
+    node_api
+        .patch(&names[0], &PatchParams::default(), &Patch::Merge(&ready))
+        .await
+        .expect("label");
+    wait_condition(
+        &extensions,
+        &[ConditionStatus::Progressing, ConditionStatus::False],
+        "wasmtime: 1/2 nodes verified",
+    )
+    .await;
+    node_api
+        .patch(&names[1], &PatchParams::default(), &Patch::Merge(&ready))
+        .await
+        .expect("label");
+    wait_condition(
+        &extensions,
+        &[ConditionStatus::True],
+        "All health checks successful: wasmtime: 2/2 nodes verified",
+    )
+    .await;
+
     let succeeded = controller
         .metric(r#"gardener_extension_operations_total{controller="extension",operation="create",result="succeeded"}"#)
         .await
         .expect("the operation metric");
     assert!(succeeded >= 1.0, "{succeeded}");
+    nodes::delete_simulated_nodes(&c.shoot).await;
+}
+
+async fn wait_condition(extensions: &Api<Extension>, status: &[ConditionStatus], message: &str) {
+    poll::until(
+        &format!("SystemComponentsHealthy in {status:?} with {message:?}"),
+        poll::DEFAULT_TIMEOUT,
+        || async {
+            let ext = extensions
+                .get("containerd-shim")
+                .await
+                .map_err(|e| e.to_string())?;
+            let conditions = ext.status.map(|s| s.conditions).unwrap_or_default();
+            match conditions
+                .iter()
+                .find(|c| c.type_ == "SystemComponentsHealthy")
+            {
+                Some(c) if status.contains(&c.status) && c.message.contains(message) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
 }

@@ -14,6 +14,9 @@ use crate::gardener::api::ErrorCode;
 pub enum CheckResult {
     /// Everything the check looks at is healthy.
     Successful,
+    /// Healthy, with a fact worth showing in the condition message (for example how many
+    /// nodes serve a runtime).
+    SuccessfulWithNote { note: String },
     /// Something is unhealthy; `detail` says what.
     Unsuccessful {
         detail: String,
@@ -91,6 +94,8 @@ pub struct Aggregate {
     /// The smallest threshold of the progressing checks (only when `health` is
     /// `Progressing`).
     pub threshold: Option<Duration>,
+    /// Notes of successful checks, in check order.
+    pub notes: Vec<String>,
 }
 
 /// Combines the results of the checks of one condition type.
@@ -99,11 +104,16 @@ pub fn aggregate(results: &[CheckResult]) -> Aggregate {
     let mut unsuccessful = Vec::new();
     let mut progressing = Vec::new();
     let mut successful = 0;
+    let mut notes = Vec::new();
     let mut codes = Vec::new();
     let mut threshold: Option<Duration> = None;
     for result in results {
         match result {
             CheckResult::Successful => successful += 1,
+            CheckResult::SuccessfulWithNote { note } => {
+                successful += 1;
+                notes.push(note.clone());
+            }
             CheckResult::Failed { detail } => failed.push(detail.as_str()),
             CheckResult::Unsuccessful { detail, codes: c } => {
                 unsuccessful.push(detail.as_str());
@@ -171,6 +181,7 @@ pub fn aggregate(results: &[CheckResult]) -> Aggregate {
         } else {
             None
         },
+        notes,
     }
 }
 

@@ -30,7 +30,11 @@ pub fn condition_update(
         AggregateHealth::Healthy => (
             ConditionStatus::True,
             REASON_SUCCESSFUL,
-            MESSAGE_SUCCESSFUL.to_string(),
+            if aggregate.notes.is_empty() {
+                MESSAGE_SUCCESSFUL.to_string()
+            } else {
+                format!("{MESSAGE_SUCCESSFUL}: {}", aggregate.notes.join("; "))
+            },
             Vec::new(),
         ),
         // Health is unknown when a check could not run, even if another one found a problem:
@@ -123,6 +127,29 @@ mod tests {
     use ConditionStatus::*;
 
     const TYPE: &str = "SystemComponentsHealthy";
+
+    #[test]
+    fn notes_of_successful_checks_extend_the_success_message() {
+        let results = [
+            CheckResult::Successful,
+            CheckResult::SuccessfulWithNote {
+                note: "spin: 3/3 nodes verified".into(),
+            },
+        ];
+        let update = condition_update(TYPE, &aggregate(&results), None, Timestamp::UNIX_EPOCH);
+        assert_eq!(update.status, True);
+        assert_eq!(
+            update.message,
+            "All health checks successful: spin: 3/3 nodes verified"
+        );
+        let plain = condition_update(
+            TYPE,
+            &aggregate(&[CheckResult::Successful]),
+            None,
+            Timestamp::UNIX_EPOCH,
+        );
+        assert_eq!(plain.message, MESSAGE_SUCCESSFUL);
+    }
 
     fn at(minute: i64) -> Timestamp {
         Timestamp::from_second(1_800_000_000 + minute * 60).unwrap()

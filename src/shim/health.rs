@@ -1,0 +1,222 @@
+//! How many nodes serve each shim: the installers label a node ready per handler only after
+//! containerd serves it, so counting labels in the shoot tells the shoot owner and gardenlet how
+//! far a rollout is. Reported in `SystemComponentsHealthy` when the shoot can be reached.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::ListParams;
+use kube::{Api, ResourceExt};
+
+use crate::desired_shims::{DesiredShim, READY_LABEL_VALUE, ready_label};
+use crate::gardener::api::cluster::WORKER_POOL_LABEL;
+use crate::gardener::healthcheck::check::{CheckContext, HealthCheck};
+use crate::gardener::healthcheck::result::CheckResult;
+use crate::gardener::imagevector::ImageVector;
+use crate::gardener::shoot_client::ShootClients;
+use crate::shim::config::{self, Catalog, desired};
+
+/// How long nodes may stay unverified before the condition turns `False`: a rollout restarts
+/// containerd node by node, within the configured budget.
+pub const ROLLOUT_THRESHOLD: Duration = Duration::from_secs(30 * 60);
+
+/// Counts verified nodes per shim in the shoot.
+pub struct VerifiedNodesCheck {
+    catalog: Arc<Catalog>,
+    images: Arc<ImageVector>,
+    clients: ShootClients,
+}
+
+impl VerifiedNodesCheck {
+    pub fn new(catalog: Arc<Catalog>, images: Arc<ImageVector>) -> Self {
+        VerifiedNodesCheck {
+            catalog,
+            images,
+            clients: ShootClients::default(),
+        }
+    }
+}
+
+/// Whether `shim` belongs on a node with these labels (its pools and node selector).
+pub fn selects(shim: &DesiredShim, labels: &BTreeMap<String, String>) -> bool {
+    let pool_ok = shim.worker_pools.is_empty()
+        || labels
+            .get(WORKER_POOL_LABEL)
+            .is_some_and(|p| shim.worker_pools.iter().any(|w| w == p));
+    pool_ok
+        && shim
+            .node_selector
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v))
+}
+
+/// The verified/eligible counts per shim and the check result they make (pure).
+pub fn count(shims: &[DesiredShim], nodes: &[BTreeMap<String, String>]) -> CheckResult {
+    let mut lagging = false;
+    let mut parts = Vec::new();
+    for shim in shims {
+        let eligible: Vec<_> = nodes
+            .iter()
+            .filter(|labels| selects(shim, labels))
+            .collect();
+        let verified = eligible
+            .iter()
+            .filter(|labels| {
+                labels.get(&ready_label(&shim.handler)).map(String::as_str)
+                    == Some(READY_LABEL_VALUE)
+            })
+            .count();
+        lagging |= verified < eligible.len();
+        parts.push(format!(
+            "{}: {verified}/{} nodes verified",
+            shim.name,
+            eligible.len()
+        ));
+    }
+    if parts.is_empty() {
+        return CheckResult::Successful;
+    }
+    let detail = parts.join(", ");
+    if lagging {
+        CheckResult::progressing(detail, Some(ROLLOUT_THRESHOLD))
+    } else {
+        CheckResult::SuccessfulWithNote { note: detail }
+    }
+}
+
+impl HealthCheck for VerifiedNodesCheck {
+    fn name(&self) -> Cow<'_, str> {
+        Cow::Borrowed("verified nodes per shim")
+    }
+
+    fn check<'a>(&'a self, ctx: &'a CheckContext) -> BoxFuture<'a, CheckResult> {
+        Box::pin(async move {
+            // An invalid configuration is the lifecycle's to report (with its code); without a
+            // Shoot or a way into it, the counts are simply not known.
+            let Some(shoot) = ctx.shoot.as_deref() else {
+                return CheckResult::Successful;
+            };
+            let Ok(validated) = config::load(
+                ctx.extension.spec.provider_config.as_ref(),
+                &self.catalog,
+                shoot,
+            ) else {
+                return CheckResult::Successful;
+            };
+            let Ok(desired) = desired::desired_shims(&validated, &self.images) else {
+                return CheckResult::Successful;
+            };
+            let client = match self.clients.client_for(&ctx.client, &ctx.namespace()).await {
+                Ok(Some(client)) => client,
+                Ok(None) => return CheckResult::Successful,
+                Err(e) => {
+                    return CheckResult::Failed {
+                        detail: e.to_string(),
+                    };
+                }
+            };
+            let nodes = match Api::<Node>::all(client)
+                .list_metadata(&ListParams::default())
+                .await
+            {
+                Ok(list) => list
+                    .items
+                    .into_iter()
+                    .map(|n| n.labels().clone())
+                    .collect::<Vec<_>>(),
+                Err(e) => {
+                    return CheckResult::Failed {
+                        detail: format!("cannot list the shoot's nodes: {e}"),
+                    };
+                }
+            };
+            count(&desired.shims, &nodes)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shim(name: &str, pools: &[&str], selector: &[(&str, &str)]) -> DesiredShim {
+        DesiredShim {
+            name: name.into(),
+            handler: name.into(),
+            runtime_type: format!("io.containerd.{name}.v1"),
+            version: "v1".into(),
+            binaries: vec![],
+            options: Default::default(),
+            pod_annotations: vec![],
+            privileged_without_host_devices: false,
+            config_files: vec![],
+            node_selector: selector
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            worker_pools: pools.iter().map(|p| p.to_string()).collect(),
+        }
+    }
+
+    fn node(pool: &str, extra: &[(&str, &str)]) -> BTreeMap<String, String> {
+        let mut labels: BTreeMap<String, String> = extra
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        labels.insert(WORKER_POOL_LABEL.into(), pool.into());
+        labels
+    }
+
+    #[test]
+    fn counts_only_the_nodes_a_shim_belongs_on() {
+        let shims = [
+            shim("spin", &["a"], &[]),
+            shim("wamr", &[], &[("wasm", "yes")]),
+        ];
+        let ready_spin = ("containerd-shim.extensions.gardener.cloud/spin", "ready");
+        let nodes = [
+            node("a", &[ready_spin]),
+            node("a", &[]),
+            node(
+                "b",
+                &[
+                    ready_spin,
+                    ("wasm", "yes"),
+                    ("containerd-shim.extensions.gardener.cloud/wamr", "ready"),
+                ],
+            ),
+        ];
+        match count(&shims, &nodes) {
+            CheckResult::Progressing {
+                detail, threshold, ..
+            } => {
+                assert_eq!(detail, "spin: 1/2 nodes verified, wamr: 1/1 nodes verified");
+                assert_eq!(threshold, Some(ROLLOUT_THRESHOLD));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn all_verified_is_successful_with_the_counts() {
+        let shims = [shim("spin", &["a"], &[])];
+        let nodes = [
+            node(
+                "a",
+                &[("containerd-shim.extensions.gardener.cloud/spin", "ready")],
+            ),
+            node("b", &[]),
+        ];
+        assert_eq!(
+            count(&shims, &nodes),
+            CheckResult::SuccessfulWithNote {
+                note: "spin: 1/1 nodes verified".into()
+            }
+        );
+        assert_eq!(count(&[], &nodes), CheckResult::Successful);
+    }
+}
