@@ -696,3 +696,168 @@ async fn a_deleted_shoot_skips_the_uninstall() {
         "no uninstall was rendered"
     );
 }
+
+/// A client that acts as the installer of `node`: its ServiceAccount, with the node name bound
+/// into its token as the API server's service-account authenticator records it.
+async fn installer_client(env: &support::Env, node: &str) -> Client {
+    let mut kubeconfig =
+        kube::config::Kubeconfig::read_from(&env.shoot_kubeconfig).expect("shoot kubeconfig");
+    for named in &mut kubeconfig.auth_infos {
+        if let Some(auth) = named.auth_info.as_mut() {
+            auth.impersonate =
+                Some("system:serviceaccount:kube-system:containerd-shim-installer".into());
+            auth.impersonate_groups = Some(vec![
+                "system:serviceaccounts".into(),
+                "system:serviceaccounts:kube-system".into(),
+                "system:authenticated".into(),
+            ]);
+            auth.impersonate_user_extra = Some(
+                [(
+                    "authentication.kubernetes.io/node-name".to_string(),
+                    vec![node.to_string()],
+                )]
+                .into(),
+            );
+        }
+    }
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .expect("installer kubeconfig");
+    Client::try_from(config).expect("installer client")
+}
+
+fn forbidden<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> Result<String, String> {
+    match result {
+        Err(kube::Error::Api(status)) if status.code == 403 || status.code == 422 => {
+            Ok(status.message)
+        }
+        other => Err(format!("expected a denial, got {other:?}")),
+    }
+}
+
+#[tokio::test]
+async fn the_installer_may_only_label_its_own_node_and_use_its_restart_slots() {
+    let f = Fixture::default("shim-rbac").await;
+    let own = support::unique_name("own-node");
+    let other = support::unique_name("other-node");
+    nodes::create_nodes(&f.shoot, &[own.clone(), other.clone()], "worker-a").await;
+    let _kubelets = nodes::start(f.shoot.clone(), "kube-system", INSTALLER_SELECTOR);
+    f.create(config(json!([{"name": "wasmtime"}]))).await;
+    f.ready(None).await;
+    managed_resource::wait_until_healthy(
+        &f.seed,
+        &f.ns,
+        MANAGED_RESOURCE,
+        managed_resource::Wait::new(poll::DEFAULT_TIMEOUT)
+            .with_interval(Duration::from_millis(200)),
+    )
+    .await
+    .expect("bundle applied");
+
+    let env = support::Env::load();
+    let installer = installer_client(&env, &own).await;
+    let node_api: Api<k8s_openapi::api::core::v1::Node> = Api::all(installer.clone());
+    let label = |key: &str| json!({"metadata": {"labels": {key: "ready"}}});
+    let ours = "containerd-shim.extensions.gardener.cloud/wasmtime";
+
+    // Reading its own Node and labelling it with our label is what the installer does.
+    node_api.get(&own).await.expect("read own node");
+    node_api
+        .patch(&own, &PatchParams::default(), &Patch::Merge(&label(ours)))
+        .await
+        .expect("label own node");
+    // The admission policy takes effect asynchronously after gardener-resource-manager created
+    // it: poll until it denies another node's label.
+    let denied = poll::until(
+        "the node policy to deny labelling another node",
+        poll::DEFAULT_TIMEOUT,
+        || async {
+            forbidden(
+                node_api
+                    .patch(&other, &PatchParams::default(), &Patch::Merge(&label(ours)))
+                    .await,
+            )
+        },
+    )
+    .await;
+    assert!(
+        denied.contains("may only change the Node it runs on"),
+        "{denied}"
+    );
+    let foreign = forbidden(
+        node_api
+            .patch(
+                &own,
+                &PatchParams::default(),
+                &Patch::Merge(&label("example.com/foreign")),
+            )
+            .await,
+    )
+    .expect("a foreign label is denied");
+    assert!(
+        foreign.contains("may only change labels under containerd-shim.extensions.gardener.cloud/"),
+        "{foreign}"
+    );
+    let annotation = json!({"metadata": {"annotations": {"example.com/x": "y"}}});
+    forbidden(
+        node_api
+            .patch(&own, &PatchParams::default(), &Patch::Merge(&annotation))
+            .await,
+    )
+    .expect("a foreign annotation is denied");
+    let taint = json!({"spec": {"unschedulable": true}});
+    forbidden(
+        node_api
+            .patch(&own, &PatchParams::default(), &Patch::Merge(&taint))
+            .await,
+    )
+    .expect("spec changes are denied");
+    forbidden(node_api.delete(&own, &Default::default()).await)
+        .expect("deleting nodes is not granted");
+
+    // Restart-budget slots: only the configured slot names can be read and updated.
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(installer.clone(), "kube-system");
+    let slot = k8s_openapi::api::coordination::v1::Lease {
+        metadata: kube::api::ObjectMeta {
+            name: Some("containerd-shim-restart-0".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    leases
+        .create(&PostParams::default(), &slot)
+        .await
+        .expect("create slot 0");
+    let mut current = leases
+        .get("containerd-shim-restart-0")
+        .await
+        .expect("read slot 0");
+    current.spec = Some(k8s_openapi::api::coordination::v1::LeaseSpec {
+        holder_identity: Some(own.clone()),
+        ..Default::default()
+    });
+    leases
+        .replace(
+            "containerd-shim-restart-0",
+            &PostParams::default(),
+            &current,
+        )
+        .await
+        .expect("take slot 0");
+    forbidden(leases.get("kube-controller-manager").await).expect("other Leases are not readable");
+    forbidden(leases.list(&ListParams::default()).await).expect("listing Leases is not granted");
+    let secrets: Api<Secret> = Api::namespaced(installer, "kube-system");
+    forbidden(secrets.list(&ListParams::default()).await).expect("secrets are not readable");
+
+    // Clean up what this test created outside its bundle.
+    let admin_leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(f.shoot.clone(), "kube-system");
+    let _ = admin_leases
+        .delete("containerd-shim-restart-0", &Default::default())
+        .await;
+    nodes::delete_simulated_nodes(&f.shoot).await;
+}
