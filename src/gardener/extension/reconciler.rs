@@ -262,17 +262,7 @@ impl<A: Actuator> Run<'_, A> {
         action: &'static str,
         body: serde_json::Value,
     ) -> Result<(), ReconcileError> {
-        match self
-            .api
-            .patch(&self.name(), &patch_params(), &Patch::Merge(&body))
-            .await
-        {
-            Ok(updated) => {
-                self.ext = updated;
-                Ok(())
-            }
-            Err(e) => Err(self.kube_error(action, e)),
-        }
+        self.patch(Subresource::None, action, body).await
     }
 
     async fn patch_status(
@@ -280,11 +270,23 @@ impl<A: Actuator> Run<'_, A> {
         action: &'static str,
         body: serde_json::Value,
     ) -> Result<(), ReconcileError> {
-        match self
-            .api
-            .patch_status(&self.name(), &patch_params(), &Patch::Merge(&body))
-            .await
-        {
+        self.patch(Subresource::Status, action, body).await
+    }
+
+    /// A JSON merge patch; the response becomes the working copy, so later writes carry the
+    /// current resourceVersion and generation.
+    async fn patch(
+        &mut self,
+        target: Subresource,
+        action: &'static str,
+        body: serde_json::Value,
+    ) -> Result<(), ReconcileError> {
+        let (name, params, patch) = (self.name(), patch_params(), Patch::Merge(&body));
+        let result = match target {
+            Subresource::None => self.api.patch(&name, &params, &patch).await,
+            Subresource::Status => self.api.patch_status(&name, &params, &patch).await,
+        };
+        match result {
             Ok(updated) => {
                 self.ext = updated;
                 Ok(())
@@ -369,6 +371,13 @@ fn ignore_not_found(result: Result<(), ReconcileError>) -> Result<(), ReconcileE
         }) if status.code == 404 => Ok(()),
         other => other,
     }
+}
+
+/// The object itself or its status subresource.
+#[derive(Clone, Copy)]
+enum Subresource {
+    None,
+    Status,
 }
 
 /// Which actuator method a path calls.
