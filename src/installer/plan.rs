@@ -123,7 +123,7 @@ pub fn plan(input: &PlanInput) -> Vec<Step> {
     remove.extend(foreign_values);
     remove.sort();
     if !remove.is_empty() {
-        steps.push(Step::RemoveLabels(remove));
+        steps.push(Step::RemoveLabels(remove.clone()));
     }
     if input.failed {
         return steps;
@@ -190,7 +190,7 @@ pub fn plan(input: &PlanInput) -> Vec<Step> {
         .shims
         .iter()
         .map(|s| ready_label(&s.handler))
-        .filter(|key| !ours.contains(key))
+        .filter(|key| !ours.contains(key) || remove.contains(key))
         .collect();
     if !set.is_empty() {
         steps.push(Step::SetLabels(set));
@@ -502,6 +502,12 @@ mod tests {
                 assert!(swap < restart, "{context}");
             }
             assert_eq!(steps.last(), Some(&Step::CollectGarbage), "{context}");
+            // Afterwards the shim is labelled: kept, or set after a verification.
+            let kept = input.labels.contains_key(&ready_label("spin"))
+                && !steps
+                    .iter()
+                    .any(|s| matches!(s, Step::RemoveLabels(keys) if keys.contains(&ready_label("spin"))));
+            assert!(kept || set.is_some(), "{context}");
         }
     }
 }
