@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make test`: everything on a fresh machine. Builds the tools that are missing, checks
-# formatting and lints, then runs every test (unit, integration, chart) with the embedded
-# control plane up, and stops it again.
+# formatting and lints, runs the unit tests, then the integration tests with the embedded
+# control plane up, then the end-to-end tests of the controller binary on a second, fresh
+# control plane (the binary reconciles every Extension it can see).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -23,6 +24,13 @@ cargo clippy --all-targets --locked -- -D warnings
 step "build tests"
 cargo test --locked --all-targets --no-run
 
-step "tests (with the embedded control plane)"
+step "unit tests"
+cargo test --locked --lib --bins
+
+step "integration tests (embedded control plane)"
 hack/control-plane.sh run --dir "$repo/.local/test-control-plane" -- \
-  cargo test --locked --all-targets -- --test-threads="${TEST_THREADS:-8}"
+  cargo test --locked --test integration -- --test-threads="${TEST_THREADS:-8}"
+
+step "end-to-end tests of the controller binary (a fresh control plane)"
+hack/control-plane.sh run --dir "$repo/.local/e2e-control-plane" -- \
+  cargo test --locked --test e2e -- --test-threads=1

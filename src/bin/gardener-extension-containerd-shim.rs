@@ -1,6 +1,15 @@
-//! The seed controller of the containerd-shim Gardener extension.
+//! The seed controller of the containerd-shim Gardener extension, and its offline renderer.
 
-use clap::Parser;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use gardener_extension_containerd_shim::gardener::runtime::{self, Manager, RuntimeOptions};
+use gardener_extension_containerd_shim::shim::controllers::{
+    self, CONTROLLERS, ControllerOptions, EXTENSION_NAME, SetupError, ShimOptions,
+};
+use gardener_extension_containerd_shim::shim::offline;
 
 /// Gardener extension controller that installs extra containerd runtimes (Spin, wasmtime,
 /// WasmEdge, gVisor, Kata, ...) on shoot nodes: it reconciles `Extension` resources of type
@@ -8,8 +17,100 @@ use clap::Parser;
 /// each shoot through a ManagedResource.
 #[derive(Debug, Parser)]
 #[command(name = "gardener-extension-containerd-shim", version)]
-struct Cli {}
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
 
-fn main() {
-    let _cli = Cli::parse();
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the controller in the seed: leader election, heartbeat, health and metrics
+    /// endpoints, the Extension controller and the health-check controller.
+    Run(Box<RunArgs>),
+    /// Print the shoot bundle an Extension would produce, without a cluster. Invalid input
+    /// fails with the error the controller would report.
+    Render(RenderArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    #[command(flatten)]
+    runtime: RuntimeOptions,
+    #[command(flatten)]
+    controllers: ControllerOptions,
+}
+
+#[derive(Debug, clap::Args)]
+struct RenderArgs {
+    /// The Extension manifest (YAML).
+    #[arg(short = 'f', long = "file", value_name = "EXTENSION")]
+    extension: PathBuf,
+    /// The Cluster manifest whose Shoot provides worker pools and the Kubernetes version.
+    /// Without it, a Shoot with one containerd pool `worker` (and every pool the providerConfig
+    /// names) is assumed.
+    #[arg(long, value_name = "CLUSTER")]
+    cluster: Option<PathBuf>,
+    #[command(flatten)]
+    shim: ShimOptions,
+}
+
+fn main() -> ExitCode {
+    match Cli::parse().command {
+        Command::Run(args) => run(*args),
+        Command::Render(args) => render(args),
+    }
+}
+
+fn render(args: RenderArgs) -> ExitCode {
+    let (catalog, images) = match controllers::load_catalog_and_images(&args.shim) {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match offline::render_files(&args.extension, args.cluster.as_deref(), &catalog, &images) {
+        Ok(yaml) => {
+            print!("{yaml}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: RunArgs) -> ExitCode {
+    if let Err(e) = runtime::logging::init(args.runtime.log_level, args.runtime.log_format) {
+        eprintln!("{e}");
+        return ExitCode::FAILURE;
+    }
+    let tokio = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(error = %e, "Failed to start the async runtime");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = tokio.block_on(serve(args));
+    // Tasks still blocked in the OS (a DNS lookup, a file read) must not delay the exit, in
+    // particular after a lost leadership.
+    tokio.shutdown_timeout(Duration::from_secs(1));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "Extension stopped with an error");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(args: RunArgs) -> Result<(), SetupError> {
+    let mut manager = Manager::new(args.runtime, EXTENSION_NAME, CONTROLLERS).await?;
+    controllers::add_controllers(&mut manager, &args.controllers)?;
+    Ok(manager.run().await?)
 }

@@ -33,6 +33,9 @@ where
 {
     store: Store<K>,
     changes: broadcast::Sender<ObjectRef<K>>,
+    /// Becomes true with the first complete list. kube's own `Store::wait_until_ready` wakes
+    /// only one of several concurrent waiters, and several controllers wait on these caches.
+    ready: tokio::sync::watch::Receiver<bool>,
     task: Arc<AbortOnDrop>,
 }
 
@@ -44,6 +47,7 @@ where
         Cache {
             store: self.store.clone(),
             changes: self.changes.clone(),
+            ready: self.ready.clone(),
             task: self.task.clone(),
         }
     }
@@ -70,6 +74,7 @@ where
         let (store, mut writer) = reflector::store::<K>();
         let (changes, _) = broadcast::channel(CHANGE_BUFFER);
         let sender = changes.clone();
+        let (ready_tx, ready) = tokio::sync::watch::channel(false);
         let handle = tokio::spawn(async move {
             let mut events = watcher::watcher(api, config)
                 .default_backoff()
@@ -79,6 +84,9 @@ where
                 match event {
                     Ok(event) => {
                         writer.apply_watcher_event(&event);
+                        if matches!(event, Event::InitDone) {
+                            ready_tx.send_replace(true);
+                        }
                         for changed in changed_refs(&event) {
                             // No subscriber is not an error: nobody is interested yet.
                             let _ = sender.send(changed);
@@ -91,6 +99,7 @@ where
         Cache {
             store,
             changes,
+            ready,
             task: Arc::new(AbortOnDrop(handle.abort_handle())),
         }
     }
@@ -113,9 +122,15 @@ where
 
     /// Waits until the first complete list has been stored.
     pub async fn wait_until_ready(&self) {
-        // The writer lives in the watch task for as long as this cache does, so the only error
-        // (writer dropped) cannot happen while we hold the cache.
-        let _ = self.store.wait_until_ready().await;
+        let mut ready = self.ready.clone();
+        // The sender lives in the watch task for as long as this cache does, so the only error
+        // (sender dropped) cannot happen while we hold the cache.
+        let _ = ready.wait_for(|r| *r).await;
+    }
+
+    /// Whether the first complete list has been stored.
+    pub fn is_ready(&self) -> bool {
+        *self.ready.borrow()
     }
 }
 

@@ -8,3 +8,4 @@ pub mod extension;
 pub mod healthcheck;
 pub mod imagevector;
 pub mod managed_resource;
+pub mod runtime;

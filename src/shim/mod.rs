@@ -3,4 +3,6 @@
 
 pub mod actuator;
 pub mod config;
+pub mod controllers;
+pub mod offline;
 pub mod render;

@@ -7,8 +7,8 @@ use gardener_extension_containerd_shim::gardener::api::{
     Cluster, ConditionStatus, Extension, ManagedResource, ManagedResourceSpec,
     managed_resource::LocalObjectReference,
 };
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ObjectMeta, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -22,18 +22,30 @@ async fn seed_stores_gardener_objects_and_validates_them() {
 
     let clusters: Api<Cluster> = Api::all(c.seed.clone());
     clusters
-        .create(&PostParams::default(), &objects::cluster(&ns, objects::shoot("harness")))
+        .create(
+            &PostParams::default(),
+            &objects::cluster(&ns, objects::shoot("harness")),
+        )
         .await
         .expect("create Cluster");
     let cluster = clusters.get(&ns).await.expect("read Cluster back");
-    let shoot = cluster.shoot().expect("decode Shoot").expect("Shoot present");
+    let shoot = cluster
+        .shoot()
+        .expect("decode Shoot")
+        .expect("Shoot present");
     assert_eq!(shoot.spec.provider.workers[0].name, "worker-a");
     assert!(shoot.spec.provider.workers[0].runs_containerd());
 
     let extensions: Api<Extension> = Api::namespaced(c.seed.clone(), &ns);
     let ext = objects::extension(&ns, "containerd-shim", Some(json!({"shims": []})));
-    extensions.create(&PostParams::default(), &ext).await.expect("create Extension");
-    let back = extensions.get("containerd-shim").await.expect("read Extension back");
+    extensions
+        .create(&PostParams::default(), &ext)
+        .await
+        .expect("create Extension");
+    let back = extensions
+        .get("containerd-shim")
+        .await
+        .expect("read Extension back");
     assert_eq!(back.spec.type_, "containerd-shim");
     assert_eq!(back.class_or_default(), "shoot");
     assert_eq!(back.spec.provider_config, Some(json!({"shims": []})));
@@ -73,7 +85,10 @@ async fn resource_manager_applies_a_managed_resource_into_the_shoot() {
             namespace: Some(ns.clone()),
             ..Default::default()
         },
-        data: Some(BTreeMap::from([("data.yaml".to_string(), ByteString(manifest.into_bytes()))])),
+        data: Some(BTreeMap::from([(
+            "data.yaml".to_string(),
+            ByteString(manifest.into_bytes()),
+        )])),
         ..Default::default()
     };
     Api::<Secret>::namespaced(c.seed.clone(), &ns)
@@ -83,34 +98,63 @@ async fn resource_manager_applies_a_managed_resource_into_the_shoot() {
     let mr = ManagedResource::new(
         "hello",
         ManagedResourceSpec {
-            secret_refs: vec![LocalObjectReference { name: "managedresource-hello".into() }],
+            secret_refs: vec![LocalObjectReference {
+                name: "managedresource-hello".into(),
+            }],
             ..Default::default()
         },
     );
     let mrs: Api<ManagedResource> = Api::namespaced(c.seed.clone(), &ns);
-    mrs.create(&PostParams::default(), &mr).await.expect("create ManagedResource");
+    mrs.create(&PostParams::default(), &mr)
+        .await
+        .expect("create ManagedResource");
 
     let configmaps: Api<ConfigMap> = Api::namespaced(c.shoot.clone(), &target_ns);
-    let cm = poll::until("the ConfigMap in the shoot", poll::DEFAULT_TIMEOUT, || async {
-        configmaps.get_opt("hello").await.map_err(|e| e.to_string())?.ok_or_else(|| "not there yet".to_string())
-    })
+    let cm = poll::until(
+        "the ConfigMap in the shoot",
+        poll::DEFAULT_TIMEOUT,
+        || async {
+            configmaps
+                .get_opt("hello")
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "not there yet".to_string())
+        },
+    )
     .await;
-    assert_eq!(cm.data.clone().unwrap_or_default().get("greeting").map(String::as_str), Some("from-the-seed"));
     assert_eq!(
-        cm.annotations().get("resources.gardener.cloud/origin").map(String::as_str),
+        cm.data
+            .clone()
+            .unwrap_or_default()
+            .get("greeting")
+            .map(String::as_str),
+        Some("from-the-seed")
+    );
+    assert_eq!(
+        cm.annotations()
+            .get("resources.gardener.cloud/origin")
+            .map(String::as_str),
         Some(format!("{ns}/hello").as_str()),
         "gardener-resource-manager stamps its origin annotation"
     );
 
-    poll::until("ResourcesApplied=True and ResourcesHealthy=True", poll::DEFAULT_TIMEOUT, || async {
-        let mr = mrs.get("hello").await.map_err(|e| e.to_string())?;
-        let conditions = mr.status.map(|s| s.conditions).unwrap_or_default();
-        let is_true = |t: &str| conditions.iter().any(|c| c.type_ == t && c.status == ConditionStatus::True);
-        if is_true("ResourcesApplied") && is_true("ResourcesHealthy") {
-            Ok(())
-        } else {
-            Err(format!("{conditions:?}"))
-        }
-    })
+    poll::until(
+        "ResourcesApplied=True and ResourcesHealthy=True",
+        poll::DEFAULT_TIMEOUT,
+        || async {
+            let mr = mrs.get("hello").await.map_err(|e| e.to_string())?;
+            let conditions = mr.status.map(|s| s.conditions).unwrap_or_default();
+            let is_true = |t: &str| {
+                conditions
+                    .iter()
+                    .any(|c| c.type_ == t && c.status == ConditionStatus::True)
+            };
+            if is_true("ResourcesApplied") && is_true("ResourcesHealthy") {
+                Ok(())
+            } else {
+                Err(format!("{conditions:?}"))
+            }
+        },
+    )
     .await;
 }

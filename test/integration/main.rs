@@ -8,5 +8,6 @@ mod containerd_config;
 mod gardener_extension;
 mod gardener_healthcheck;
 mod gardener_managed_resource;
+mod gardener_runtime;
 mod harness;
 mod shim_lifecycle;

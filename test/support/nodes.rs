@@ -32,7 +32,9 @@ pub async fn create_nodes(shoot: &Client, names: &[String], pool: &str) {
             },
             ..Default::default()
         };
-        api.create(&PostParams::default(), &node).await.unwrap_or_else(|e| panic!("create node {name}: {e}"));
+        api.create(&PostParams::default(), &node)
+            .await
+            .unwrap_or_else(|e| panic!("create node {name}: {e}"));
         let status = json!({"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
             "message": "simulated", "lastHeartbeatTime": jiff::Timestamp::now().to_string(),
             "lastTransitionTime": jiff::Timestamp::now().to_string()}]}});
@@ -98,18 +100,39 @@ pub fn start(shoot: Client, namespace: &str, selector: &str) -> Simulator {
                 for pod in list {
                     let name = pod.name_any();
                     if pod.metadata.deletion_timestamp.is_some() {
-                        let _ = pods.delete(&name, &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await;
+                        let _ = pods
+                            .delete(
+                                &name,
+                                &DeleteParams {
+                                    grace_period_seconds: Some(0),
+                                    ..Default::default()
+                                },
+                            )
+                            .await;
                         continue;
                     }
                     let bound = pod.spec.as_ref().and_then(|s| s.node_name.clone());
                     if bound.is_none() {
                         if let Some(node) = target_node(&pod) {
                             let binding = Binding {
-                                metadata: ObjectMeta { name: Some(name.clone()), ..Default::default() },
-                                target: ObjectReference { kind: Some("Node".into()), name: Some(node), ..Default::default() },
+                                metadata: ObjectMeta {
+                                    name: Some(name.clone()),
+                                    ..Default::default()
+                                },
+                                target: ObjectReference {
+                                    kind: Some("Node".into()),
+                                    name: Some(node),
+                                    ..Default::default()
+                                },
                             };
-                            let body = serde_json::to_vec(&binding).unwrap_or_default();
-                            let _ = pods.create_subresource::<serde_json::Value>("binding", &name, &PostParams::default(), body).await;
+                            let _ = pods
+                                .create_subresource::<Binding, serde_json::Value>(
+                                    "binding",
+                                    &name,
+                                    &PostParams::default(),
+                                    &binding,
+                                )
+                                .await;
                         }
                         continue;
                     }
@@ -117,14 +140,18 @@ pub fn start(shoot: Client, namespace: &str, selector: &str) -> Simulator {
                         .status
                         .as_ref()
                         .and_then(|s| s.conditions.as_ref())
-                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                        .is_some_and(|c| {
+                            c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                        });
                     if flag.load(Ordering::SeqCst) && !is_ready {
                         let now = jiff::Timestamp::now().to_string();
                         let status = json!({"status": {"phase": "Running", "conditions": [
                             {"type": "Ready", "status": "True", "lastTransitionTime": now},
                             {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
                             {"type": "PodScheduled", "status": "True", "lastTransitionTime": now}]}});
-                        let _ = pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await;
+                        let _ = pods
+                            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                            .await;
                     }
                 }
             }

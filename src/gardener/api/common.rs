@@ -29,6 +29,10 @@ pub enum ErrorCode {
     RetryableConfigurationProblem,
     #[serde(rename = "ERR_PROBLEMATIC_WEBHOOK")]
     ProblematicWebhook,
+    /// A code this build does not know (a newer Gardener's): kept decodable so one foreign
+    /// code cannot make a whole Extension unreadable for the watch.
+    #[serde(other, rename = "ERR_UNKNOWN")]
+    Unknown,
 }
 
 impl ErrorCode {
@@ -46,6 +50,7 @@ impl ErrorCode {
             ErrorCode::ConfigurationProblem => "ERR_CONFIGURATION_PROBLEM",
             ErrorCode::RetryableConfigurationProblem => "ERR_RETRYABLE_CONFIGURATION_PROBLEM",
             ErrorCode::ProblematicWebhook => "ERR_PROBLEMATIC_WEBHOOK",
+            ErrorCode::Unknown => "ERR_UNKNOWN",
         }
     }
 
@@ -80,6 +85,9 @@ pub enum OperationType {
     Migrate,
     Restore,
     LiveMigrate,
+    /// A type this build does not know.
+    #[serde(other)]
+    Unknown,
 }
 
 impl OperationType {
@@ -91,6 +99,7 @@ impl OperationType {
             OperationType::Migrate => "Migrate",
             OperationType::Restore => "Restore",
             OperationType::LiveMigrate => "LiveMigrate",
+            OperationType::Unknown => "Unknown",
         }
     }
 }
@@ -104,6 +113,9 @@ pub enum OperationState {
     Failed,
     Pending,
     Aborted,
+    /// A state this build does not know.
+    #[serde(other)]
+    Unknown,
 }
 
 /// `status.lastOperation`; the CRD requires all five fields.
@@ -136,8 +148,30 @@ pub struct LastError {
 pub enum ConditionStatus {
     True,
     False,
-    Unknown,
     Progressing,
+    /// Also what a status this build does not know decodes to.
+    #[serde(other)]
+    Unknown,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_values_from_newer_gardeners_still_decode() {
+        let codes: Vec<ErrorCode> =
+            serde_json::from_str(r#"["ERR_CONFIGURATION_PROBLEM","ERR_SOMETHING_NEW"]"#).unwrap();
+        assert_eq!(codes, [ErrorCode::ConfigurationProblem, ErrorCode::Unknown]);
+        let op: LastOperation = serde_json::from_str(
+            r#"{"description":"d","lastUpdateTime":"2026-01-01T00:00:00Z","progress":1,"state":"Paused","type":"Teleport"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (op.type_, op.state),
+            (OperationType::Unknown, OperationState::Unknown)
+        );
+    }
 }
 
 /// A Gardener condition (`v1beta1.Condition`): unlike Kubernetes' it has `lastUpdateTime` and

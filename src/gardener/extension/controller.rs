@@ -67,7 +67,13 @@ pub async fn run<A: Actuator>(
 
     leader.await;
     leading.store(true, Ordering::SeqCst);
-    replay_cache(&store, &ctx.caches, &config, triggers).await;
+    // The replay runs beside the workers: it may admit more objects than the trigger buffer
+    // holds, and only the running controller drains it.
+    let replay = tokio::spawn({
+        let (store, caches, config) = (store.clone(), ctx.caches.clone(), config.clone());
+        async move { replay_cache(&store, &caches, &config, triggers).await }
+    });
+    let _replay_guard = AbortOnDrop(replay);
     tracing::info!(controller = "extension", "starting workers");
 
     let cluster_triggers = cluster_changes(&ctx, &store);

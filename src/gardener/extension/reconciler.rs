@@ -22,6 +22,9 @@ use crate::gardener::api::{
 };
 use crate::gardener::cache::SharedCaches;
 use crate::gardener::error_codes::CodedError;
+use crate::gardener::runtime::metrics::{
+    Operation, OperationResult, ReconcileMetrics, ReconcileResult,
+};
 
 use super::actuator::{Actuator, ActuatorContext, ClusterInfo, Outcome};
 use super::error::ReconcileError;
@@ -71,18 +74,37 @@ impl ReconcilerConfig {
     }
 }
 
-/// Receives one observation per operation; the runtime turns them into metrics.
+/// Receives what the reconciler did; the runtime turns it into metrics.
 pub trait OperationObserver: Send + Sync {
-    /// `operation`: create, reconcile, delete, force_delete, migrate, restore;
-    /// `result`: succeeded, in_progress, error, skipped.
-    fn observe(&self, operation: &'static str, result: &'static str, elapsed: Duration);
+    /// One actuator operation and how it ended.
+    fn operation(&self, operation: Operation, result: OperationResult, elapsed: Duration);
+    /// One call of the reconcile function.
+    fn reconcile(&self, result: ReconcileResult, elapsed: Duration);
 }
 
 /// An observer that records nothing.
 pub struct NoObserver;
 
 impl OperationObserver for NoObserver {
-    fn observe(&self, _: &'static str, _: &'static str, _: Duration) {}
+    fn operation(&self, _: Operation, _: OperationResult, _: Duration) {}
+    fn reconcile(&self, _: ReconcileResult, _: Duration) {}
+}
+
+/// Reports to the runtime's metric families under a controller name.
+pub struct ControllerMetrics {
+    pub metrics: ReconcileMetrics,
+    pub controller: &'static str,
+}
+
+impl OperationObserver for ControllerMetrics {
+    fn operation(&self, operation: Operation, result: OperationResult, elapsed: Duration) {
+        self.metrics
+            .observe(self.controller, operation, result, elapsed);
+    }
+    fn reconcile(&self, result: ReconcileResult, elapsed: Duration) {
+        self.metrics
+            .observe_reconcile(self.controller, result, elapsed);
+    }
 }
 
 /// Everything a reconcile needs, injected once.
@@ -365,7 +387,7 @@ struct Path {
     processing: &'static str,
     error: &'static str,
     success: &'static str,
-    metric: &'static str,
+    metric: Operation,
 }
 
 async fn reconcile_once<A: Actuator>(
@@ -408,14 +430,20 @@ async fn reconcile_once<A: Actuator>(
     match decision {
         Decision::SkipFailedShoot => {
             tracing::info!(object = %run.object, "Skipping the reconciliation of Extension of failed shoot");
-            ctx.observer
-                .observe("reconcile", "skipped", started.elapsed());
+            ctx.observer.operation(
+                Operation::Reconcile,
+                OperationResult::Skipped,
+                started.elapsed(),
+            );
             Ok(Action::await_change())
         }
         Decision::SkipMigrated => {
             tracing::info!(object = %run.object, "Skipping the operation of a migrated Extension");
-            ctx.observer
-                .observe("reconcile", "skipped", started.elapsed());
+            ctx.observer.operation(
+                Operation::Reconcile,
+                OperationResult::Skipped,
+                started.elapsed(),
+            );
             Ok(Action::await_change())
         }
         Decision::Delete { force } => {
@@ -427,7 +455,11 @@ async fn reconcile_once<A: Actuator>(
                 processing: d::DELETE_PROCESSING,
                 error: d::DELETE_ERROR,
                 success: d::DELETE_SUCCESS,
-                metric: if force { "force_delete" } else { "delete" },
+                metric: if force {
+                    Operation::ForceDelete
+                } else {
+                    Operation::Delete
+                },
             };
             let call = if force {
                 Call::ForceDelete
@@ -454,7 +486,7 @@ async fn reconcile_once<A: Actuator>(
                 processing: d::MIGRATE_PROCESSING,
                 error: d::MIGRATE_ERROR,
                 success: d::MIGRATE_SUCCESS,
-                metric: "migrate",
+                metric: Operation::Migrate,
             };
             let outcome = run_actuator(
                 &mut run,
@@ -480,7 +512,7 @@ async fn reconcile_once<A: Actuator>(
                 processing: d::RESTORE_PROCESSING,
                 error: d::RESTORE_ERROR,
                 success: d::RESTORE_SUCCESS,
-                metric: "restore",
+                metric: Operation::Restore,
             };
             let outcome = run_actuator(
                 &mut run,
@@ -504,9 +536,9 @@ async fn reconcile_once<A: Actuator>(
                 error: d::RECONCILE_ERROR,
                 success: d::RECONCILE_SUCCESS,
                 metric: if op == OperationType::Create {
-                    "create"
+                    Operation::Create
                 } else {
-                    "reconcile"
+                    Operation::Reconcile
                 },
             };
             let outcome = run_actuator(
@@ -590,7 +622,7 @@ async fn run_actuator<A: Actuator>(
                 tracing::error!(object = %run.object, error = %write, "could not record the error in the status");
             }
             ctx.observer
-                .observe(path.metric, "error", started.elapsed());
+                .operation(path.metric, OperationResult::Error, started.elapsed());
             tracing::error!(object = %run.object, operation = op.as_str(), error = %message, "operation failed");
             Err(ReconcileError::Actuator {
                 operation: op,
@@ -609,7 +641,7 @@ async fn run_actuator<A: Actuator>(
             )
             .await?;
             ctx.observer
-                .observe(path.metric, "in_progress", started.elapsed());
+                .operation(path.metric, OperationResult::InProgress, started.elapsed());
             tracing::info!(object = %run.object, operation = op.as_str(), progress = %description, "in progress");
             Ok(Some(Action::requeue(requeue_after)))
         }
@@ -620,7 +652,7 @@ async fn run_actuator<A: Actuator>(
             )
             .await?;
             ctx.observer
-                .observe(path.metric, "succeeded", started.elapsed());
+                .operation(path.metric, OperationResult::Succeeded, started.elapsed());
             tracing::info!(object = %run.object, operation = op.as_str(), "succeeded");
             Ok(None)
         }

@@ -32,6 +32,7 @@ pub mod config;
 pub mod controller;
 pub mod error;
 pub mod managed_resource;
+pub mod options;
 mod reconcile;
 pub mod result;
 mod triggers;

@@ -1,0 +1,791 @@
+//! The manager: builds the client, metrics and readiness from the flags, then runs the HTTP
+//! servers, leader election, the heartbeat and the extension's controllers, and stops them.
+//!
+//! Controllers start on every replica, so that their caches sync and every replica becomes
+//! Ready; each waits for leadership before it reconciles. Stopping:
+//!
+//! - SIGTERM/SIGINT: controllers are told to stop and get the graceful-shutdown timeout, then
+//!   the leader-election Lease is released so a stand-by takes over at once.
+//! - Leadership lost: fail-stop. Controllers are aborted at once (another replica may already
+//!   be reconciling) and `run` returns an error; the process exits non-zero and restarts.
+//! - A controller panics or returns, a server fails: like SIGTERM, but `run` returns the error.
+
+use std::collections::{BTreeSet, HashMap};
+use std::ffi::OsStr;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use prometheus_client::registry::Registry;
+use tokio::sync::watch;
+use tokio::task::{Id, JoinError, JoinSet};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::error::RuntimeError;
+use super::heartbeat::{self, HEARTBEAT_CONTROLLER, HeartbeatConfig};
+use super::http;
+use super::leader::{self, LeaderElectionConfig, LeaderEnd};
+use super::metrics::{LeaderMetrics, ReconcileMetrics};
+use super::options::RuntimeOptions;
+use super::readiness::Readiness;
+
+/// Where a pod's service account tells its namespace.
+const IN_CLUSTER_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+/// How long stopping servers may take after controllers stopped.
+const SERVER_STOP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Builds a controller's task from its context. It is called before the HTTP servers start,
+/// so readiness checks registered in its synchronous part exist before `/readyz` answers.
+pub type ControllerFactory = Box<dyn FnOnce(ControllerContext) -> BoxFuture<'static, ()> + Send>;
+
+/// What a controller gets from the manager.
+#[derive(Clone)]
+pub struct ControllerContext {
+    /// The controller's name, for metrics and logs.
+    pub name: &'static str,
+    /// The extension's name (e.g. `containerd-shim`).
+    pub extension_name: Arc<str>,
+    pub client: Client,
+    pub metrics: ReconcileMetrics,
+    pub readiness: Readiness,
+    /// Whether this replica leads. Once true it stays true: a leader that loses the Lease
+    /// stops the process.
+    pub leader: watch::Receiver<bool>,
+    /// Cancelled when the controller must stop.
+    pub shutdown: CancellationToken,
+}
+
+/// The process is stopping; returned by waits that did not finish.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the process is shutting down")]
+pub struct ShuttingDown;
+
+impl ControllerContext {
+    pub fn is_leader(&self) -> bool {
+        *self.leader.borrow()
+    }
+
+    /// Waits until this replica leads; `Err` when the process stops first.
+    pub async fn wait_until_leader(&self) -> Result<(), ShuttingDown> {
+        let mut leader = self.leader.clone();
+        tokio::select! {
+            biased;
+            _ = self.shutdown.cancelled() => Err(ShuttingDown),
+            led = leader.wait_for(|l| *l) => led.map(|_| ()).map_err(|_| ShuttingDown),
+        }
+    }
+}
+
+impl std::fmt::Debug for ControllerContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControllerContext")
+            .field("name", &self.name)
+            .field("extension_name", &self.extension_name)
+            .field("leader", &*self.leader.borrow())
+            .field("shutdown", &self.shutdown.is_cancelled())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the flags resolve to for this extension.
+#[derive(Debug)]
+struct Plan {
+    known: Vec<&'static str>,
+    enabled: BTreeSet<&'static str>,
+    leader_election: Option<LeaderElectionConfig>,
+    heartbeat: Option<HeartbeatConfig>,
+}
+
+fn plan(
+    options: &RuntimeOptions,
+    extension_name: &str,
+    controllers: &[&'static str],
+    in_cluster_namespace: Option<String>,
+) -> Result<Plan, RuntimeError> {
+    // The heartbeat is built in, so every extension knows its name.
+    let mut known: Vec<&'static str> = Vec::new();
+    for name in controllers.iter().copied().chain([HEARTBEAT_CONTROLLER]) {
+        if !known.contains(&name) {
+            known.push(name);
+        }
+    }
+    let enabled = options.enabled_controllers(&known)?;
+    let timing = options.leader_election_timing()?;
+
+    let leader_election = if options.leader_election {
+        let lease_name = options
+            .leader_election_id
+            .clone()
+            .filter(|id| !id.is_empty())
+            .unwrap_or_else(|| format!("{extension_name}-leader-election"));
+        let namespace = options
+            .leader_election_namespace
+            .clone()
+            .filter(|ns| !ns.is_empty())
+            .or(in_cluster_namespace)
+            .ok_or_else(|| RuntimeError::MissingFlag {
+                flag: "--leader-election-namespace",
+                why: "with --leader-election outside a cluster (or set LEADER_ELECTION_NAMESPACE)"
+                    .to_string(),
+            })?;
+        Some(LeaderElectionConfig {
+            lease_name,
+            namespace,
+            identity: leader::identity(),
+            timing,
+        })
+    } else {
+        None
+    };
+
+    let heartbeat = if enabled.contains(HEARTBEAT_CONTROLLER) {
+        let namespace = options
+            .heartbeat_namespace
+            .clone()
+            .filter(|ns| !ns.is_empty())
+            .ok_or_else(|| RuntimeError::MissingFlag {
+                flag: "--heartbeat-namespace",
+                why: "while the heartbeat controller is enabled (or set HEARTBEAT_NAMESPACE, or \
+                      --disable-controllers=heartbeat)"
+                    .to_string(),
+            })?;
+        Some(HeartbeatConfig {
+            namespace,
+            holder: extension_name.to_string(),
+            interval: options.heartbeat_interval(),
+        })
+    } else {
+        None
+    };
+
+    Ok(Plan {
+        known,
+        enabled,
+        leader_election,
+        heartbeat,
+    })
+}
+
+fn in_cluster_namespace() -> Option<String> {
+    std::fs::read_to_string(IN_CLUSTER_NAMESPACE_FILE)
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+/// The client for `--kubeconfig` (a `:`-separated list is merged), else the inferred one.
+async fn build_client(kubeconfig: Option<&OsStr>) -> Result<Client, RuntimeError> {
+    let paths: Vec<_> = kubeconfig
+        .map(|k| {
+            std::env::split_paths(k)
+                .filter(|p| !p.as_os_str().is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    let config = if paths.is_empty() {
+        Config::infer().await.map_err(RuntimeError::InferConfig)?
+    } else {
+        let shown = paths
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(":");
+        let mut merged: Option<Kubeconfig> = None;
+        for path in &paths {
+            let file = Kubeconfig::read_from(path).map_err(|source| RuntimeError::Kubeconfig {
+                path: path.display().to_string(),
+                source,
+            })?;
+            merged = Some(match merged {
+                None => file,
+                Some(m) => m.merge(file).map_err(|source| RuntimeError::Kubeconfig {
+                    path: shown.clone(),
+                    source,
+                })?,
+            });
+        }
+        let merged = merged.unwrap_or_default();
+        Config::from_custom_kubeconfig(merged, &KubeConfigOptions::default())
+            .await
+            .map_err(|source| RuntimeError::Kubeconfig {
+                path: shown,
+                source,
+            })?
+    };
+    Client::try_from(config).map_err(RuntimeError::Client)
+}
+
+/// The runtime of one extension process.
+pub struct Manager {
+    extension_name: Arc<str>,
+    options: RuntimeOptions,
+    plan: Plan,
+    client: Client,
+    registry: Registry,
+    metrics: ReconcileMetrics,
+    leader_metrics: LeaderMetrics,
+    readiness: Readiness,
+    controllers: Vec<(&'static str, ControllerFactory)>,
+}
+
+impl Manager {
+    /// Checks the flags against the extension (`controllers` are its controller names; the
+    /// built-in `heartbeat` is added) and builds the client. Flag errors come first, so they
+    /// are reported even without cluster access.
+    pub async fn new(
+        options: RuntimeOptions,
+        extension_name: &str,
+        controllers: &[&'static str],
+    ) -> Result<Manager, RuntimeError> {
+        let plan = plan(
+            &options,
+            extension_name,
+            controllers,
+            in_cluster_namespace(),
+        )?;
+        let client = build_client(options.kubeconfig.as_deref()).await?;
+        Ok(Manager::assemble(options, extension_name, plan, client))
+    }
+
+    /// Like [`Manager::new`] with a client built elsewhere; `--kubeconfig` is ignored.
+    pub fn with_client(
+        options: RuntimeOptions,
+        extension_name: &str,
+        controllers: &[&'static str],
+        client: Client,
+    ) -> Result<Manager, RuntimeError> {
+        let plan = plan(
+            &options,
+            extension_name,
+            controllers,
+            in_cluster_namespace(),
+        )?;
+        Ok(Manager::assemble(options, extension_name, plan, client))
+    }
+
+    fn assemble(
+        options: RuntimeOptions,
+        extension_name: &str,
+        plan: Plan,
+        client: Client,
+    ) -> Manager {
+        let mut registry = Registry::default();
+        let metrics = ReconcileMetrics::register(&mut registry);
+        let leader_metrics = LeaderMetrics::register(&mut registry);
+        for name in &plan.enabled {
+            metrics.init_controller(name);
+        }
+        let readiness = Readiness::new(options.healthz_cache_sync_timeout);
+        Manager {
+            extension_name: Arc::from(extension_name),
+            options,
+            plan,
+            client,
+            registry,
+            metrics,
+            leader_metrics,
+            readiness,
+            controllers: Vec::new(),
+        }
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub fn metrics(&self) -> &ReconcileMetrics {
+        &self.metrics
+    }
+
+    /// For registering more metric families before [`Manager::run`].
+    pub fn registry_mut(&mut self) -> &mut Registry {
+        &mut self.registry
+    }
+
+    pub fn readiness(&self) -> &Readiness {
+        &self.readiness
+    }
+
+    pub fn options(&self) -> &RuntimeOptions {
+        &self.options
+    }
+
+    /// Whether `name` runs, per `--controllers` and `--disable-controllers`.
+    pub fn is_enabled(&self, name: &str) -> bool {
+        self.plan.enabled.contains(name)
+    }
+
+    /// The leader-election identity, when leader election is on.
+    pub fn identity(&self) -> Option<&str> {
+        self.plan
+            .leader_election
+            .as_ref()
+            .map(|l| l.identity.as_str())
+    }
+
+    /// Adds a controller. A disabled controller's factory is never called. `name` must be one
+    /// of the names given to [`Manager::new`], and each is added once.
+    pub fn add_controller<F>(&mut self, name: &'static str, factory: F) -> Result<(), RuntimeError>
+    where
+        F: FnOnce(ControllerContext) -> BoxFuture<'static, ()> + Send + 'static,
+    {
+        if name == HEARTBEAT_CONTROLLER || self.controllers.iter().any(|(n, _)| *n == name) {
+            return Err(RuntimeError::DuplicateController {
+                name: name.to_string(),
+            });
+        }
+        if !self.plan.known.contains(&name) {
+            return Err(RuntimeError::UnregisteredController {
+                name: name.to_string(),
+                known: self.plan.known.join(", "),
+            });
+        }
+        self.controllers.push((name, Box::new(factory)));
+        Ok(())
+    }
+
+    /// Runs until SIGTERM or SIGINT (then `Ok` after a graceful stop) or a failure.
+    pub async fn run(self) -> Result<(), RuntimeError> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).map_err(|source| RuntimeError::Signal {
+            signal: "SIGTERM",
+            source,
+        })?;
+        let mut int = signal(SignalKind::interrupt()).map_err(|source| RuntimeError::Signal {
+            signal: "SIGINT",
+            source,
+        })?;
+        self.run_until(async move {
+            let received = tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = int.recv() => "SIGINT",
+            };
+            tracing::info!(signal = received, "Received signal, shutting down");
+        })
+        .await
+    }
+
+    /// Runs until `shutdown` completes (then `Ok` after a graceful stop) or a failure.
+    pub async fn run_until(
+        self,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<(), RuntimeError> {
+        let span = tracing::info_span!("manager", logger = "manager");
+        self.run_inner(shutdown).instrument(span).await
+    }
+
+    async fn run_inner(
+        self,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<(), RuntimeError> {
+        let Manager {
+            extension_name,
+            options,
+            plan,
+            client,
+            registry,
+            metrics,
+            leader_metrics,
+            readiness,
+            controllers,
+        } = self;
+        tracing::info!(
+            extension = %extension_name,
+            gardenerVersion = options.gardener_version.as_deref().unwrap_or("unknown"),
+            controllers = %plan.enabled.iter().copied().collect::<Vec<_>>().join(","),
+            leaderElection = plan.leader_election.is_some(),
+            "Starting manager"
+        );
+
+        let stop_controllers = CancellationToken::new();
+        let stop_leader = CancellationToken::new();
+        let stop_servers = CancellationToken::new();
+        // Without leader election this replica leads from the start.
+        let (leader_tx, leader_rx) = watch::channel(plan.leader_election.is_none());
+        let context = |name: &'static str| ControllerContext {
+            name,
+            extension_name: extension_name.clone(),
+            client: client.clone(),
+            metrics: metrics.clone(),
+            readiness: readiness.clone(),
+            leader: leader_rx.clone(),
+            // A controller cancelling its own token must not stop the others.
+            shutdown: stop_controllers.child_token(),
+        };
+
+        let mut starting: Vec<(&'static str, BoxFuture<'static, ()>)> = Vec::new();
+        if let Some(config) = plan.heartbeat.clone() {
+            starting.push((
+                HEARTBEAT_CONTROLLER,
+                Box::pin(heartbeat::run(context(HEARTBEAT_CONTROLLER), config)),
+            ));
+        }
+        for (name, factory) in controllers {
+            if plan.enabled.contains(name) {
+                starting.push((name, factory(context(name))));
+            } else {
+                tracing::info!(controller = name, "Controller disabled");
+            }
+        }
+
+        let mut servers = http::start(
+            &options.health_bind_address,
+            &options.metrics_bind_address,
+            readiness.clone(),
+            Arc::new(registry),
+            stop_servers.clone(),
+        )
+        .await?;
+
+        // Without leader election nobody else holds the sender; it must outlive the
+        // controllers, or waiting for leadership would see a closed channel.
+        let (mut leader_task, idle_leader_tx) = match plan.leader_election.clone() {
+            Some(config) => {
+                let election = leader::run(
+                    client.clone(),
+                    config,
+                    leader_tx,
+                    stop_leader.clone(),
+                    leader_metrics.clone(),
+                )
+                .instrument(tracing::info_span!(
+                    "leader-election",
+                    logger = "leader-election"
+                ));
+                (Some(tokio::spawn(election)), None)
+            }
+            None => (None, Some(leader_tx)),
+        };
+
+        let mut tasks: JoinSet<()> = JoinSet::new();
+        let mut running: HashMap<Id, &'static str> = HashMap::new();
+        for (name, task) in starting {
+            let span = tracing::info_span!("controller", logger = %format!("{name}-controller"), controller = name);
+            let handle = tasks.spawn(task.instrument(span));
+            running.insert(handle.id(), name);
+            tracing::info!(controller = name, "Started controller");
+        }
+
+        // Runs until the first event: every event ends the run, normally or not.
+        let event = {
+            let leader_done = async {
+                match leader_task.as_mut() {
+                    Some(task) => task.await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = shutdown => Event::Shutdown,
+                end = leader_done => Event::Leader(end),
+                Some(done) = tasks.join_next_with_id() => Event::Controller(done),
+                Some(done) = servers.join_next() => Event::Server(done),
+            }
+        };
+        let failure = match event {
+            Event::Shutdown => None,
+            Event::Leader(end) => {
+                leader_task = None;
+                match end {
+                    Ok(LeaderEnd::Lost(reason)) => {
+                        tracing::error!(reason = %reason, "Leadership lost, stopping immediately");
+                        stop_controllers.cancel();
+                        tasks.abort_all();
+                        stop_servers.cancel();
+                        return Err(RuntimeError::LeadershipLost(reason));
+                    }
+                    Ok(LeaderEnd::Failed(reason)) => Some(RuntimeError::LeaderElection(reason)),
+                    Ok(LeaderEnd::Stopped) => {
+                        Some(RuntimeError::LeaderElection("stopped unexpectedly".into()))
+                    }
+                    Err(e) => Some(RuntimeError::LeaderElection(format!(
+                        "the task failed: {e}"
+                    ))),
+                }
+            }
+            Event::Controller(done) => Some(controller_failure(done, &mut running)),
+            Event::Server(done) => Some(server_failure(done)),
+        };
+        if let Some(e) = &failure {
+            tracing::error!(error = %e, "Stopping after a failure");
+        }
+
+        stop_controllers.cancel();
+        let drained = drain(&mut tasks, &mut running, options.graceful_shutdown_timeout).await;
+        stop_leader.cancel();
+        if let Some(task) = leader_task.take() {
+            // The task bounds its own release; this only guards against a stuck API call.
+            match tokio::time::timeout(Duration::from_secs(30), task).await {
+                Ok(Ok(LeaderEnd::Lost(reason))) => {
+                    tracing::warn!(reason = %reason, "Leadership lost while shutting down")
+                }
+                Ok(_) => {}
+                Err(_) => tracing::warn!("Timed out stopping leader election"),
+            }
+        }
+        drop(idle_leader_tx);
+        stop_servers.cancel();
+        let _ = tokio::time::timeout(SERVER_STOP_TIMEOUT, async {
+            while servers.join_next().await.is_some() {}
+        })
+        .await;
+        tracing::info!("Manager stopped");
+        match failure.or(drained) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+enum Event {
+    Shutdown,
+    Leader(Result<LeaderEnd, JoinError>),
+    Controller(Result<(Id, ()), JoinError>),
+    Server(Result<(&'static str, String, std::io::Result<()>), JoinError>),
+}
+
+fn controller_failure(
+    done: Result<(Id, ()), JoinError>,
+    running: &mut HashMap<Id, &'static str>,
+) -> RuntimeError {
+    match done {
+        Ok((id, ())) => RuntimeError::ControllerExited {
+            name: running.remove(&id).unwrap_or("unknown"),
+        },
+        Err(e) => {
+            let name = running.remove(&e.id()).unwrap_or("unknown");
+            RuntimeError::ControllerPanicked {
+                name,
+                message: join_error_message(e),
+            }
+        }
+    }
+}
+
+fn server_failure(
+    done: Result<(&'static str, String, std::io::Result<()>), JoinError>,
+) -> RuntimeError {
+    match done {
+        Ok((server, address, result)) => RuntimeError::Server {
+            server,
+            address,
+            reason: match result {
+                Ok(()) => "stopped unexpectedly".to_string(),
+                Err(e) => e.to_string(),
+            },
+        },
+        Err(e) => RuntimeError::Server {
+            server: "HTTP",
+            address: "unknown".to_string(),
+            reason: join_error_message(e),
+        },
+    }
+}
+
+fn join_error_message(e: JoinError) -> String {
+    if !e.is_panic() {
+        return e.to_string();
+    }
+    let payload = e.into_panic();
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".to_string())
+}
+
+/// Waits up to `timeout` for the controllers to stop, then aborts the rest. Returns the first
+/// panic, or the timeout.
+async fn drain(
+    tasks: &mut JoinSet<()>,
+    running: &mut HashMap<Id, &'static str>,
+    timeout: Duration,
+) -> Option<RuntimeError> {
+    let mut first_error = None;
+    let finished = tokio::time::timeout(timeout, async {
+        while let Some(done) = tasks.join_next_with_id().await {
+            match done {
+                Ok((id, ())) => {
+                    running.remove(&id);
+                }
+                Err(e) => {
+                    let name = running.remove(&e.id()).unwrap_or("unknown");
+                    let message = join_error_message(e);
+                    tracing::error!(controller = name, panic = %message, "Controller panicked while stopping");
+                    first_error.get_or_insert(RuntimeError::ControllerPanicked { name, message });
+                }
+            }
+        }
+    })
+    .await;
+    if finished.is_err() {
+        let mut names: Vec<&str> = running.values().copied().collect();
+        names.sort_unstable();
+        tasks.abort_all();
+        tracing::error!(controllers = %names.join(", "), "Controllers did not stop in time, aborting them");
+        first_error.get_or_insert(RuntimeError::ShutdownTimeout {
+            names: names.join(", "),
+            timeout,
+        });
+    }
+    first_error
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct TestCli {
+        #[command(flatten)]
+        options: RuntimeOptions,
+    }
+
+    fn options(args: &[&str]) -> RuntimeOptions {
+        match TestCli::try_parse_from(std::iter::once("test").chain(args.iter().copied())) {
+            Ok(cli) => cli.options,
+            Err(e) => panic!("{args:?}: {e}"),
+        }
+    }
+
+    const CONTROLLERS: &[&str] = &["extension", "healthcheck"];
+
+    #[test]
+    fn heartbeat_is_always_known_and_needs_its_namespace() {
+        let o = options(&["--leader-election=false"]);
+        let err = plan(&o, "containerd-shim", CONTROLLERS, None)
+            .expect_err("heartbeat needs a namespace");
+        assert!(err.to_string().contains("--heartbeat-namespace"), "{err}");
+
+        let o = options(&["--leader-election=false", "--disable-controllers=heartbeat"]);
+        let p = plan(&o, "containerd-shim", CONTROLLERS, None).expect("heartbeat disabled");
+        assert_eq!(p.known, ["extension", "healthcheck", "heartbeat"]);
+        assert!(p.heartbeat.is_none() && p.leader_election.is_none());
+
+        let o = options(&[
+            "--leader-election=false",
+            "--heartbeat-namespace=garden",
+            "--heartbeat-renew-interval-seconds=7",
+        ]);
+        let p = plan(&o, "containerd-shim", CONTROLLERS, None).expect("valid");
+        let hb = p.heartbeat.expect("heartbeat enabled");
+        assert_eq!(
+            (hb.namespace.as_str(), hb.holder.as_str(), hb.interval),
+            ("garden", "containerd-shim", Duration::from_secs(7))
+        );
+    }
+
+    #[test]
+    fn leader_election_defaults() {
+        let o = options(&["--disable-controllers=heartbeat"]);
+        let err = plan(&o, "containerd-shim", CONTROLLERS, None)
+            .expect_err("no namespace outside a cluster");
+        assert!(
+            err.to_string().contains("--leader-election-namespace"),
+            "{err}"
+        );
+
+        let p = plan(
+            &o,
+            "containerd-shim",
+            CONTROLLERS,
+            Some("extension-x".into()),
+        )
+        .expect("in-cluster namespace");
+        let le = p.leader_election.expect("leader election on by default");
+        assert_eq!(le.lease_name, "containerd-shim-leader-election");
+        assert_eq!(le.namespace, "extension-x");
+        assert!(!le.identity.is_empty());
+
+        let o = options(&[
+            "--disable-controllers=heartbeat",
+            "--leader-election-id=custom",
+            "--leader-election-namespace=ns",
+        ]);
+        let le = plan(&o, "containerd-shim", CONTROLLERS, Some("ignored".into()))
+            .expect("valid")
+            .leader_election
+            .expect("on");
+        assert_eq!(
+            (le.lease_name.as_str(), le.namespace.as_str()),
+            ("custom", "ns")
+        );
+    }
+
+    #[test]
+    fn unknown_controllers_fail_before_anything_else() {
+        let o = options(&["--disable-controllers=bogus"]);
+        let err = plan(&o, "containerd-shim", CONTROLLERS, None).expect_err("bogus");
+        assert!(
+            matches!(err, RuntimeError::UnknownController { ref name, .. } if name == "bogus"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn add_controller_checks_names() {
+        let o = options(&[
+            "--leader-election=false",
+            "--disable-controllers=heartbeat",
+            "--kubeconfig=/nonexistent",
+        ]);
+        let config = Config::new("https://127.0.0.1:1".parse().expect("uri"));
+        let client = Client::try_from(config).expect("client");
+        let mut m = Manager::with_client(o, "containerd-shim", CONTROLLERS, client).expect("valid");
+        let noop = |_ctx: ControllerContext| -> BoxFuture<'static, ()> { Box::pin(async {}) };
+        assert!(m.add_controller("extension", noop).is_ok());
+        assert!(matches!(
+            m.add_controller("extension", noop),
+            Err(RuntimeError::DuplicateController { .. })
+        ));
+        assert!(matches!(
+            m.add_controller("heartbeat", noop),
+            Err(RuntimeError::DuplicateController { .. })
+        ));
+        assert!(matches!(
+            m.add_controller("other", noop),
+            Err(RuntimeError::UnregisteredController { .. })
+        ));
+        assert!(m.is_enabled("extension") && !m.is_enabled("heartbeat"));
+        assert!(m.identity().is_none());
+    }
+
+    #[tokio::test]
+    async fn wait_until_leader_follows_the_channel_and_shutdown() {
+        let config = Config::new("https://127.0.0.1:1".parse().expect("uri"));
+        let client = Client::try_from(config).expect("client");
+        let mut registry = Registry::default();
+        let (tx, rx) = watch::channel(false);
+        let ctx = ControllerContext {
+            name: "extension",
+            extension_name: Arc::from("x"),
+            client,
+            metrics: ReconcileMetrics::register(&mut registry),
+            readiness: Readiness::new(Duration::from_secs(1)),
+            leader: rx,
+            shutdown: CancellationToken::new(),
+        };
+        let waiting = tokio::spawn({
+            let ctx = ctx.clone();
+            async move { ctx.wait_until_leader().await }
+        });
+        assert!(!ctx.is_leader());
+        tx.send(true).expect("receiver alive");
+        assert_eq!(waiting.await.ok(), Some(Ok(())));
+        assert!(ctx.is_leader());
+
+        let (_tx, rx) = watch::channel(false);
+        let follower = ControllerContext {
+            leader: rx,
+            ..ctx.clone()
+        };
+        follower.shutdown.cancel();
+        assert_eq!(follower.wait_until_leader().await, Err(ShuttingDown));
+    }
+}

@@ -1,0 +1,180 @@
+//! Wires the containerd-shim extension into the process runtime: the Extension controller with
+//! the shim actuator, the health-check controller with `SystemComponentsHealthy`, and the shared
+//! caches both read.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+
+use crate::gardener::cache::SharedCaches;
+use crate::gardener::extension::options::ExtensionControllerOptions;
+use crate::gardener::extension::{Context, ControllerMetrics, controller as extension_controller};
+use crate::gardener::healthcheck::config::HealthCheckConfig;
+use crate::gardener::healthcheck::controller as healthcheck_controller;
+use crate::gardener::healthcheck::managed_resource::ManagedResourceCheck;
+use crate::gardener::healthcheck::options::HealthCheckOptions;
+use crate::gardener::imagevector::ImageVectorError;
+use crate::gardener::runtime::options::parse_duration;
+use crate::gardener::runtime::{Manager, RuntimeError};
+use crate::shim::actuator::{ActuatorSettings, MANAGED_RESOURCE, ORIGIN, ShimActuator};
+use crate::shim::config::catalog::CatalogError;
+use crate::shim::config::{Catalog, images};
+
+/// The extension type, also the finalizer suffix.
+pub const EXTENSION_TYPE: &str = "containerd-shim";
+/// The extension's name: heartbeat holder and leader-election Lease prefix.
+pub const EXTENSION_NAME: &str = "containerd-shim";
+/// Controller names for `--controllers` / `--disable-controllers`.
+pub const EXTENSION_CONTROLLER: &str = "extension";
+pub const HEALTHCHECK_CONTROLLER: &str = "healthcheck";
+pub const HEARTBEAT_CONTROLLER: &str = "heartbeat";
+pub const CONTROLLERS: &[&str] = &[
+    EXTENSION_CONTROLLER,
+    HEALTHCHECK_CONTROLLER,
+    HEARTBEAT_CONTROLLER,
+];
+/// The condition gardenlet aggregates into the Shoot's `SystemComponentsHealthy`.
+pub const SYSTEM_COMPONENTS_HEALTHY: &str = "SystemComponentsHealthy";
+
+/// Flags specific to this extension.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ShimOptions {
+    /// A catalog overlay (YAML) that adds shims to the built-in catalog or overrides them.
+    #[arg(long, env = "SHIM_CATALOG_OVERLAY", value_name = "PATH")]
+    pub shim_catalog_overlay: Option<PathBuf>,
+
+    /// How long deleting the extension waits for every node to uninstall before it removes the
+    /// installer anyway.
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
+    pub uninstall_timeout: Duration,
+}
+
+/// Everything the controllers of this extension are configured with.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ControllerOptions {
+    #[command(flatten)]
+    pub extension: ExtensionControllerOptions,
+    #[command(flatten)]
+    pub healthcheck: HealthCheckOptions,
+    #[command(flatten)]
+    pub shim: ShimOptions,
+}
+
+/// Why the controllers could not be set up; every one stops the process at start-up.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("invalid flag: {0}")]
+    Flag(String),
+    #[error("shim catalog: {0}")]
+    Catalog(#[from] CatalogError),
+    #[error("image vector: {0}")]
+    Images(#[from] ImageVectorError),
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+}
+
+/// Loads the catalog (with the operator's overlay) and the image vector (with
+/// `IMAGEVECTOR_OVERWRITE`); shared by the controller and the offline renderer.
+pub fn load_catalog_and_images(
+    shim: &ShimOptions,
+) -> Result<(Catalog, crate::gardener::imagevector::ImageVector), SetupError> {
+    let catalog = Catalog::load(shim.shim_catalog_overlay.as_deref())?;
+    let images = images::image_vector()?;
+    Ok((catalog, images))
+}
+
+/// Adds this extension's controllers to the manager. Nothing runs until `manager.run()`.
+pub fn add_controllers(
+    manager: &mut Manager,
+    options: &ControllerOptions,
+) -> Result<(), SetupError> {
+    let reconciler_config = options
+        .extension
+        .to_config(EXTENSION_TYPE)
+        .map_err(SetupError::Flag)?;
+    let (catalog, images) = load_catalog_and_images(&options.shim)?;
+    let client = manager.client().clone();
+    // One set of caches for both controllers; started on every replica so stand-bys are Ready.
+    let caches = SharedCaches::spawn(&client, ORIGIN);
+    let caches_synced = manager.readiness().register("shared-caches");
+    {
+        let caches = caches.clone();
+        tokio::spawn(async move {
+            caches.wait_until_ready().await;
+            caches_synced.mark_synced();
+        });
+    }
+
+    let actuator = ShimActuator::new(
+        client.clone(),
+        Arc::new(catalog),
+        Arc::new(images),
+        ActuatorSettings {
+            uninstall_timeout: options.shim.uninstall_timeout,
+            ..ActuatorSettings::default()
+        },
+    );
+    let extension_caches = caches.clone();
+    manager.add_controller(EXTENSION_CONTROLLER, move |ctx| {
+        let synced = ctx.readiness.register("extension-cache");
+        let observer = Arc::new(ControllerMetrics {
+            metrics: ctx.metrics.clone(),
+            controller: EXTENSION_CONTROLLER,
+        });
+        let context = Arc::new(Context::new(
+            ctx.client.clone(),
+            actuator,
+            extension_caches,
+            reconciler_config,
+            observer,
+        ));
+        async move {
+            let shutdown = ctx.shutdown.clone();
+            let leader = {
+                let ctx = &ctx;
+                async move {
+                    // A shutdown while waiting ends the controller below anyway.
+                    let _ = ctx.wait_until_leader().await;
+                }
+            };
+            extension_controller::run(context, leader, shutdown.cancelled_owned(), move || {
+                synced.mark_synced()
+            })
+            .await;
+        }
+        .boxed()
+    })?;
+
+    let mut health = HealthCheckConfig::new(EXTENSION_TYPE).register(
+        SYSTEM_COMPONENTS_HEALTHY,
+        vec![Arc::new(ManagedResourceCheck::new(MANAGED_RESOURCE))],
+    );
+    health.classes = options.extension.extension_classes.clone();
+    health.period = options.healthcheck.healthcheck_period;
+    health.max_concurrent = usize::from(options.healthcheck.healthcheck_max_concurrent_reconciles);
+    let health_caches = caches;
+    manager.add_controller(HEALTHCHECK_CONTROLLER, move |ctx| {
+        async move {
+            if ctx.wait_until_leader().await.is_err() {
+                return;
+            }
+            health_caches.wait_until_ready().await;
+            let shutdown = ctx.shutdown.clone();
+            if let Err(e) = healthcheck_controller::run(
+                ctx.client.clone(),
+                health_caches,
+                health,
+                shutdown.cancelled_owned(),
+                || {},
+            )
+            .await
+            {
+                tracing::error!(error = %e, "health-check controller stopped");
+            }
+        }
+        .boxed()
+    })?;
+    Ok(())
+}

@@ -1,0 +1,85 @@
+//! The controller binary with all its controllers: an Extension converges, the bundle reaches
+//! the shoot, health is reported, and the process is ready and counts its work.
+
+use k8s_openapi::api::node::v1::RuntimeClass;
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::json;
+
+use gardener_extension_containerd_shim::gardener::api::{Cluster, ConditionStatus, Extension};
+
+use crate::support::process::Replica;
+use crate::support::{self, gardenlet, objects, poll};
+
+#[tokio::test]
+async fn the_binary_converges_an_extension_and_reports_its_health() {
+    let c = support::Clusters::connect().await;
+    let system = support::unique_name("extension-containerd-shim");
+    support::create_namespace(&c.seed, &system, &[]).await;
+    let controller = Replica::spawn(
+        "controller",
+        &c.env.seed_kubeconfig,
+        &system,
+        &["--healthcheck-period=2s"],
+    );
+    controller.wait_ready().await;
+
+    let ns = support::create_shoot_namespace(&c.seed, "e2e").await;
+    Api::<Cluster>::all(c.seed.clone())
+        .create(
+            &PostParams::default(),
+            &objects::cluster(&ns, objects::shoot("e2e")),
+        )
+        .await
+        .expect("create Cluster");
+    let extensions: Api<Extension> = Api::namespaced(c.seed.clone(), &ns);
+    let config = json!({"apiVersion": "containerd-shim.extensions.gardener.cloud/v1alpha1",
+                        "kind": "ContainerdShimConfig", "shims": [{"name": "wasmtime"}]});
+    extensions
+        .create(
+            &PostParams::default(),
+            &objects::extension(&ns, "containerd-shim", Some(config)),
+        )
+        .await
+        .expect("create Extension");
+    let ts = gardenlet::request_reconcile(&extensions, "containerd-shim").await;
+    gardenlet::wait_ready(&extensions, "containerd-shim", Some(&ts)).await;
+
+    let runtime_classes: Api<RuntimeClass> = Api::all(c.shoot.clone());
+    poll::until(
+        "the RuntimeClass in the shoot",
+        poll::DEFAULT_TIMEOUT,
+        || async {
+            runtime_classes
+                .get_opt("wasmtime")
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "not yet".to_string())
+        },
+    )
+    .await;
+    poll::until(
+        "SystemComponentsHealthy=True",
+        poll::DEFAULT_TIMEOUT,
+        || async {
+            let ext = extensions
+                .get("containerd-shim")
+                .await
+                .map_err(|e| e.to_string())?;
+            let conditions = ext.status.map(|s| s.conditions).unwrap_or_default();
+            match conditions
+                .iter()
+                .find(|c| c.type_ == "SystemComponentsHealthy")
+            {
+                Some(c) if c.status == ConditionStatus::True => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    let succeeded = controller
+        .metric(r#"gardener_extension_operations_total{controller="extension",operation="create",result="succeeded"}"#)
+        .await
+        .expect("the operation metric");
+    assert!(succeeded >= 1.0, "{succeeded}");
+}

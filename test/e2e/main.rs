@@ -1,0 +1,8 @@
+//! End-to-end tests of the real controller binary against a control plane of their own:
+//! `make test` starts a second control plane for this crate and runs its tests one at a time,
+//! because the binary reconciles every Extension in the seed.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod controller;
