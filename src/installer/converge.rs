@@ -257,6 +257,11 @@ impl<C: Cluster> Installer<C> {
             // A new desired set: the earlier failure no longer applies.
             state.failure = None;
         }
+        if !facts.config.changed && state.config.is_none() {
+            // The engine's record is stored on every run, also when nothing changed: after a
+            // lost state file it is how adopted tables become ours again.
+            state.ownership = facts.config.ownership.clone();
+        }
         let mut restarted = false;
         let mut retained = Vec::new();
         for step in &steps {
@@ -276,6 +281,23 @@ impl<C: Cluster> Installer<C> {
                     fetched.discard(&*host);
                 }
                 return Err(err);
+            }
+        }
+        if state.ownership.is_empty() && state.config.is_none() && !state.created_dirs.is_empty() {
+            for dir in state.created_dirs.iter().rev() {
+                host.remove_empty_dir(dir)
+                    .map_err(|err| InstallerError::host("remove", dir, err))?;
+            }
+            state.created_dirs.clear();
+        }
+        for ((shim, hash), spec) in facts.selected.iter().zip(&facts.specs) {
+            if payload::current_dir(&*host, &self.settings.layout, &shim.name)?.as_deref()
+                == Some(spec.dir.as_str())
+            {
+                let entry = shim_entry(&mut state, shim, hash);
+                if entry.active.as_deref() != Some(spec.dir.as_str()) {
+                    entry.active = Some(spec.dir.clone());
+                }
             }
         }
         if state.is_clean() {
@@ -600,6 +622,7 @@ impl<C: Cluster> Installer<C> {
             phase: TxnPhase::Writing,
             started_at: host.now(),
             rollback: Vec::new(),
+            created_dirs: Vec::new(),
             symlinks: BTreeMap::new(),
             ownership_before: state.ownership.clone(),
             ownership_after: Ownership::default(),
@@ -623,6 +646,26 @@ impl<C: Cluster> Installer<C> {
         }
         for write in &plan.writes {
             remember(&write.path, write.previous.clone());
+        }
+        for write in &plan.writes {
+            let mut missing = Vec::new();
+            let mut dir = write.path.parent();
+            while let Some(candidate) = dir {
+                if host
+                    .info(candidate)
+                    .map_err(|err| InstallerError::host("inspect", candidate, err))?
+                    .is_some()
+                {
+                    break;
+                }
+                missing.push(candidate.to_path_buf());
+                dir = candidate.parent();
+            }
+            for created in missing.into_iter().rev() {
+                if !txn.created_dirs.contains(&created) {
+                    txn.created_dirs.push(created);
+                }
+            }
         }
         for delete in &plan.deletes {
             remember(&delete.path, Some(delete.previous.clone()));
@@ -805,6 +848,11 @@ impl<C: Cluster> Installer<C> {
                 let host = self.host.clone();
                 if let Some(txn) = state.config.take() {
                     state.ownership = txn.ownership_after;
+                    for dir in txn.created_dirs {
+                        if !state.created_dirs.contains(&dir) {
+                            state.created_dirs.push(dir);
+                        }
+                    }
                 }
                 state.last_restart = Some(host.now());
                 mark_verified(state, facts, host.now());
@@ -926,6 +974,10 @@ impl<C: Cluster> Installer<C> {
                     .remove_file(&file.path)
                     .map_err(|err| InstallerError::host("remove", &file.path, err))?,
             }
+        }
+        for dir in txn.created_dirs.iter().rev() {
+            host.remove_empty_dir(dir)
+                .map_err(|err| InstallerError::host("remove", dir, err))?;
         }
         for (shim, target) in &txn.symlinks {
             let link = self.settings.layout.current(shim);

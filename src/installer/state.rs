@@ -41,6 +41,10 @@ pub struct State {
     /// The node failed to converge to this desired set; it is not retried automatically.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<Failure>,
+    /// Directories our config changes created (e.g. a drop-in directory); removed when empty
+    /// once we own nothing in containerd's configuration any more.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub created_dirs: Vec<PathBuf>,
     /// When containerd was last restarted by us.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_restart: Option<jiff::Timestamp>,
@@ -112,6 +116,9 @@ pub struct ConfigTxn {
     pub started_at: jiff::Timestamp,
     /// Content of every touched file before the first write of this change.
     pub rollback: Vec<RollbackFile>,
+    /// Directories the change creates (deepest last); a rollback removes them when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub created_dirs: Vec<PathBuf>,
     /// The stable symlinks (by shim) before this change: `None` = absent.
     #[serde(default)]
     pub symlinks: BTreeMap<String, Option<PathBuf>>,
@@ -194,6 +201,7 @@ impl State {
     /// Whether there is nothing left to remember (a fully uninstalled node).
     pub fn is_clean(&self) -> bool {
         self.ownership.is_empty()
+            && self.created_dirs.is_empty()
             && self.shims.is_empty()
             && self.config.is_none()
             && self.failure.is_none()
@@ -242,6 +250,7 @@ mod tests {
                 path: "/etc/containerd/config.toml".into(),
                 content: None,
             }],
+            created_dirs: vec!["/etc/containerd/conf.d".into()],
             symlinks: BTreeMap::from([("spin".to_string(), None)]),
             ownership_before: Ownership::default(),
             ownership_after: Ownership::default(),

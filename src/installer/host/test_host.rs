@@ -199,7 +199,12 @@ impl TestHost {
     fn dump_raw(&self, config: &Path) -> Result<DumpOutput, String> {
         let resolved = self.path(config);
         let text = std::fs::read_to_string(&resolved).unwrap_or_default();
-        let rebased = rebase_imports(&text, self.root());
+        // containerd started without a config file runs on its defaults, as with an empty one.
+        let rebased = if resolved.exists() {
+            rebase_imports(&text, self.root())
+        } else {
+            Some(String::new())
+        };
         let (file, scratch) = match rebased {
             Some(rebased) => {
                 let scratch = resolved.with_file_name(format!(
