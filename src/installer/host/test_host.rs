@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use toml_edit::DocumentMut;
@@ -53,6 +53,9 @@ struct Service {
     verifies: VecDeque<ScriptedOutcome>,
 }
 
+/// Called with `"restart"` or `"verify"` when such an operation starts.
+type Hook = Box<dyn Fn(&str) + Send + Sync>;
+
 struct Process {
     pid: u32,
     path: PathBuf,
@@ -70,6 +73,7 @@ pub struct TestHost {
     service: Mutex<Service>,
     processes: Mutex<Vec<Process>>,
     events: Mutex<Vec<HostEvent>>,
+    hook: Mutex<Option<Arc<Hook>>>,
 }
 
 impl TestHost {
@@ -89,6 +93,7 @@ impl TestHost {
             }),
             processes: Mutex::new(Vec::new()),
             events: Mutex::new(Vec::new()),
+            hook: Mutex::new(None),
         }
     }
 
@@ -125,6 +130,19 @@ impl TestHost {
     /// Queues outcomes for the next verifications (then the loaded config decides).
     pub fn script_verifications(&self, outcomes: impl IntoIterator<Item = ScriptedOutcome>) {
         lock(&self.service).verifies.extend(outcomes);
+    }
+
+    /// Runs `hook` at the start of every restart and verification (tests observe the cluster
+    /// at exactly those moments).
+    pub fn on_command(&self, hook: impl Fn(&str) + Send + Sync + 'static) {
+        *lock(&self.hook) = Some(Arc::new(Box::new(hook)));
+    }
+
+    fn call_hook(&self, what: &str) {
+        let hook = lock(&self.hook).clone();
+        if let Some(hook) = hook {
+            hook(what);
+        }
     }
 
     /// Starts the simulated containerd with the node's current config, as at boot.
@@ -366,6 +384,7 @@ impl Host for TestHost {
     }
 
     fn restart_containerd(&self) -> Result<(), String> {
+        self.call_hook("restart");
         let started = Instant::now();
         let duration = *lock(&self.restart_duration);
         if !duration.is_zero() {
@@ -397,6 +416,7 @@ impl Host for TestHost {
     }
 
     fn verify_containerd(&self, runtimes: &[ExpectedRuntime]) -> Result<(), String> {
+        self.call_hook("verify");
         let scripted = lock(&self.service).verifies.pop_front();
         let result = match scripted {
             Some(ScriptedOutcome::Fail(message)) => Err(message),
