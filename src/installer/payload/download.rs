@@ -185,7 +185,7 @@ impl Downloader {
                 else {
                     return Err(Failure::permanent(format!("{status} without a Location")));
                 };
-                current = location.to_string();
+                current = resolve_location(&current, location);
                 continue;
             }
             if status.is_server_error() || status == hyper::StatusCode::TOO_MANY_REQUESTS {
@@ -237,5 +237,39 @@ impl Downloader {
             sha256: hex::encode(hasher.finalize()),
             bytes: total,
         })
+    }
+}
+
+/// A redirect target: absolute as given, or a path on the same origin.
+fn resolve_location(current: &str, location: &str) -> String {
+    if location.starts_with('/') && !location.starts_with("//") {
+        let origin_end = current
+            .find("://")
+            .and_then(|scheme| current[scheme + 3..].find('/').map(|at| scheme + 3 + at))
+            .unwrap_or(current.len());
+        format!("{}{location}", &current[..origin_end])
+    } else {
+        location.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redirects_resolve_against_the_origin() {
+        assert_eq!(
+            resolve_location("https://a.example/x/y", "/z"),
+            "https://a.example/z"
+        );
+        assert_eq!(
+            resolve_location("https://a.example", "/z"),
+            "https://a.example/z"
+        );
+        assert_eq!(
+            resolve_location("https://a.example/x", "https://b.example/q"),
+            "https://b.example/q"
+        );
     }
 }
