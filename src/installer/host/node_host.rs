@@ -36,6 +36,8 @@ pub struct NodeHostConfig {
     pub root: PathBuf,
     /// The host's `/proc` as this process sees it (with `hostPID`, the pod's own `/proc`).
     pub proc_dir: PathBuf,
+    /// The mount namespace host commands run in: PID 1's.
+    pub mount_namespace: PathBuf,
     /// containerd binary on the host (resolved on the host's `PATH`).
     pub containerd_binary: String,
     /// The systemd unit that runs containerd.
@@ -53,6 +55,7 @@ impl Default for NodeHostConfig {
         NodeHostConfig {
             root: PathBuf::from(crate::desired_shims::pod_paths::HOST_ROOT),
             proc_dir: PathBuf::from("/proc"),
+            mount_namespace: PathBuf::from("/proc/1/ns/mnt"),
             containerd_binary: "containerd".into(),
             containerd_unit: "containerd".into(),
             cri_endpoint: "unix:///run/containerd/containerd.sock".into(),
@@ -81,7 +84,7 @@ impl NodeHost {
         let Some((program, args)) = argv.split_first() else {
             return Err("empty command".into());
         };
-        let namespace_path = self.config.proc_dir.join("1/ns/mnt");
+        let namespace_path = &self.config.mount_namespace;
         let namespace = fs::File::open(&namespace_path).map_err(|err| {
             format!(
                 "cannot open {} (needs hostPID and SYS_PTRACE): {err}",
@@ -423,6 +426,30 @@ mod tests {
                 .contains("wasmtime")
         );
         assert!(check_cri_info("nope", &[]).is_err());
+    }
+
+    /// The real fork + setns + exec path. PID 1 of a test sandbox is usually out of reach, so
+    /// the namespace joined is this process's own (the same system calls).
+    #[test]
+    fn runs_commands_in_a_joined_mount_namespace() {
+        let host = NodeHost::new(NodeHostConfig {
+            root: PathBuf::from("/"),
+            mount_namespace: PathBuf::from("/proc/self/ns/mnt"),
+            ..NodeHostConfig::default()
+        });
+        let out = host
+            .run_ok(&["sh", "-c", "echo in-host-namespace"])
+            .unwrap();
+        assert_eq!(out.trim(), "in-host-namespace");
+        let err = host
+            .run_ok(&["sh", "-c", "echo oops >&2; exit 3"])
+            .unwrap_err();
+        assert!(
+            err.contains("oops") && err.contains("exit status: 3"),
+            "{err}"
+        );
+        let err = host.run_ok(&["no-such-command-here"]).unwrap_err();
+        assert!(err.contains("cannot start"), "{err}");
     }
 
     #[test]
