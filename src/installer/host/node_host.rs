@@ -85,7 +85,7 @@ impl NodeHost {
             return Err("empty command".into());
         };
         let namespace_path = &self.config.mount_namespace;
-        let namespace = fs::File::open(&namespace_path).map_err(|err| {
+        let namespace = fs::File::open(namespace_path).map_err(|err| {
             format!(
                 "cannot open {} (needs hostPID and SYS_PTRACE): {err}",
                 namespace_path.display()
