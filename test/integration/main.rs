@@ -10,4 +10,7 @@ mod gardener_healthcheck;
 mod gardener_managed_resource;
 mod gardener_runtime;
 mod harness;
+mod installer_budget;
+mod installer_download;
+mod installer_host;
 mod shim_lifecycle;

@@ -11,6 +11,8 @@ pub mod actuator;
 pub mod controller;
 pub mod gardenlet;
 pub mod history;
+pub mod https;
+pub mod installer;
 pub mod nodes;
 pub mod objects;
 pub mod poll;

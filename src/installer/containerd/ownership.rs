@@ -90,6 +90,49 @@ impl Ownership {
         self.files.iter().flat_map(|file| file.handlers.iter())
     }
 
+    /// Everything either record claims: what the installer keeps while a change is in flight,
+    /// so that finishing it and rolling it back both find every key that may be ours. Claiming
+    /// a key that is absent is harmless (removing it is a no-op); forgetting one would leave it
+    /// behind for good.
+    pub fn union(&self, other: &Ownership) -> Ownership {
+        let mut files: Vec<OwnedFile> = self.files.clone();
+        for theirs in &other.files {
+            let Some(mine) = files.iter_mut().find(|f| f.path == theirs.path) else {
+                files.push(theirs.clone());
+                continue;
+            };
+            mine.created |= theirs.created;
+            mine.created_imports |= theirs.created_imports;
+            for handler in &theirs.handlers {
+                match mine
+                    .handlers
+                    .iter_mut()
+                    .find(|h| h.handler == handler.handler && h.table == handler.table)
+                {
+                    Some(existing) => {
+                        for key in &handler.keys {
+                            if !existing.keys.contains(key) {
+                                existing.keys.push(key.clone());
+                            }
+                        }
+                    }
+                    None => mine.handlers.push(handler.clone()),
+                }
+            }
+            for table in &theirs.created_tables {
+                if !mine.created_tables.contains(table) {
+                    mine.created_tables.push(table.clone());
+                }
+            }
+            for entry in &theirs.imports {
+                if !mine.imports.contains(entry) {
+                    mine.imports.push(entry.clone());
+                }
+            }
+        }
+        Ownership::from_files(files)
+    }
+
     /// Builds a normalised record: files sorted by path, empty records dropped.
     pub(crate) fn from_files(files: impl IntoIterator<Item = OwnedFile>) -> Self {
         let mut files: Vec<OwnedFile> = files.into_iter().filter(|file| !file.is_empty()).collect();
@@ -182,6 +225,27 @@ mod tests {
                 .is_some()
         );
         assert!(Ownership::default().is_empty());
+    }
+
+    #[test]
+    fn union_claims_everything_either_record_claims() {
+        let full = record();
+        let empty = Ownership::default();
+        assert_eq!(full.union(&empty), full);
+        assert_eq!(empty.union(&full), full);
+        assert_eq!(full.union(&full), full);
+        let mut other = OwnedFile::new("/etc/containerd/config.toml", FileRole::Config);
+        other.imports = vec!["/x.toml".into()];
+        let merged = full.union(&Ownership::from_files([other]));
+        let main = merged
+            .file(Path::new("/etc/containerd/config.toml"))
+            .unwrap();
+        assert_eq!(
+            main.imports,
+            ["/etc/containerd/conf.d/50-containerd-shim.toml", "/x.toml"]
+        );
+        assert!(main.created_imports);
+        assert_eq!(merged.handlers().count(), 1);
     }
 
     #[test]

@@ -112,11 +112,12 @@ fn unprivileged() -> SecurityContext {
     }
 }
 
-/// The installer container: root without any capability but the two it needs (see
-/// docs/installer.md): SYS_ADMIN to enter the host's mount namespace (`setns`) and run the
-/// host's `systemctl` and `containerd`, SYS_PTRACE to open `/proc/1/ns/mnt` and to read
-/// `/proc/<pid>/exe` of running shims before garbage-collecting binaries. Entering another
-/// process's namespace is a ptrace-class access that the default AppArmor profile denies.
+/// The installer container: root without any capability but the three it needs (see
+/// docs/installer.md): SYS_ADMIN and SYS_CHROOT to enter the host's mount namespace (`setns`
+/// on a mount namespace requires both) and run the host's `systemctl` and `containerd`,
+/// SYS_PTRACE to open `/proc/1/ns/mnt` and to read `/proc/<pid>/exe` of running shims before
+/// garbage-collecting binaries. Entering another process's namespace is a ptrace-class access
+/// that the default AppArmor profile denies.
 fn installer_security() -> SecurityContext {
     SecurityContext {
         privileged: Some(false),
@@ -124,7 +125,11 @@ fn installer_security() -> SecurityContext {
         read_only_root_filesystem: Some(true),
         capabilities: Some(Capabilities {
             drop: Some(vec!["ALL".to_string()]),
-            add: Some(vec!["SYS_ADMIN".to_string(), "SYS_PTRACE".to_string()]),
+            add: Some(vec![
+                "SYS_ADMIN".to_string(),
+                "SYS_CHROOT".to_string(),
+                "SYS_PTRACE".to_string(),
+            ]),
         }),
         seccomp_profile: Some(SeccompProfile {
             type_: "RuntimeDefault".to_string(),

@@ -1,0 +1,136 @@
+//! Everything the installer does to a node goes through [`Host`]: file writes, symlink swaps,
+//! directory listings, the running processes' executables, host commands (`containerd`,
+//! `systemctl`, `crictl`) and the clock. The containerd engine's read-only [`HostFs`] is its
+//! supertrait, so the engine plans against the same host the installer changes.
+//!
+//! Two implementations: [`NodeHost`], the real node (host root mounted at `/host`, commands in
+//! the host's mount namespace), and [`TestHost`], a temporary directory standing in for the host
+//! root, whose `containerd config dump` is a real containerd binary and whose restarts and
+//! verifications are scripted and recorded.
+//!
+//! All paths are host paths (`/etc/containerd/config.toml`), whatever the implementation maps
+//! them to.
+
+mod node_host;
+mod rooted;
+mod test_host;
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::installer::containerd::{DumpOutput, ExpectedRuntime, HostFs};
+
+pub use node_host::{NodeHost, NodeHostConfig};
+pub use rooted::{RootedFs, temp_sibling};
+pub use test_host::{HostEvent, ScriptedOutcome, TestHost};
+
+/// What kind of thing is at a path (symlinks are not followed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileKind {
+    File,
+    Dir,
+    Symlink,
+    Other,
+}
+
+/// The facts about a path the installer decides on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileInfo {
+    pub kind: FileKind,
+    pub len: u64,
+    /// Permission bits.
+    pub mode: u32,
+    /// Device and inode: identifies the file behind a running process's executable.
+    pub id: (u64, u64),
+}
+
+/// A running process's executable, from `/proc/<pid>/exe`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunningExe {
+    pub pid: u32,
+    /// The host path the kernel reports (without a ` (deleted)` suffix).
+    pub path: PathBuf,
+    /// Device and inode of the executable, when it could be read.
+    pub id: Option<(u64, u64)>,
+}
+
+/// A file being written (staging only: never a path containerd or a shim uses).
+pub trait HostWriter: io::Write + Send {
+    /// Flushes the data to disk (fsync) and closes the file.
+    fn finish(self: Box<Self>) -> io::Result<()>;
+}
+
+/// The node, as the installer changes it.
+pub trait Host: HostFs + Send + Sync {
+    // ----- files -----
+
+    /// The file's bytes, `None` when nothing exists at the path.
+    fn read_bytes(&self, path: &Path) -> io::Result<Option<Vec<u8>>>;
+
+    /// The sha256 (lower-case hex) of a file's content, streamed; `None` when it does not exist.
+    fn sha256(&self, path: &Path) -> io::Result<Option<String>>;
+
+    /// What is at the path (not following a final symlink), `None` when nothing is.
+    fn info(&self, path: &Path) -> io::Result<Option<FileInfo>>;
+
+    /// Entry names of a directory, sorted; empty when the directory does not exist.
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>>;
+
+    /// A symlink's target, `None` when the path is not a symlink or does not exist.
+    fn read_link(&self, path: &Path) -> io::Result<Option<PathBuf>>;
+
+    /// Creates a directory and its missing parents; returns the directories it created,
+    /// outermost first, so a caller that fails later can remove exactly them.
+    fn create_dir_all(&self, path: &Path) -> io::Result<Vec<PathBuf>>;
+
+    /// Creates (or truncates) a file for writing. Used only for staging paths that nothing
+    /// executes; live files are replaced with [`Host::write_file`] or renames.
+    fn create_file(&self, path: &Path, mode: u32) -> io::Result<Box<dyn HostWriter>>;
+
+    /// Replaces a file atomically: a temporary file in the same directory, fsync, rename.
+    fn write_file(&self, path: &Path, content: &[u8], mode: u32) -> io::Result<()>;
+
+    /// Renames atomically (a file over a file, a symlink over a symlink, a directory to a
+    /// new name).
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+
+    /// Points `link` at `target` atomically: a new symlink `<link>.new`, renamed over `link`.
+    fn swap_symlink(&self, link: &Path, target: &Path) -> io::Result<()>;
+
+    /// Removes a file or symlink; nothing to remove is fine.
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+
+    /// Removes a directory tree; nothing to remove is fine.
+    fn remove_dir_all(&self, path: &Path) -> io::Result<()>;
+
+    /// Removes a directory if it is empty; returns whether it did.
+    fn remove_empty_dir(&self, path: &Path) -> io::Result<bool>;
+
+    /// Fails when files cannot be created in `dir` (or, when it does not exist yet, in its
+    /// nearest existing ancestor): a read-only mount, an immutable directory.
+    fn check_writable(&self, dir: &Path) -> io::Result<()>;
+
+    // ----- processes -----
+
+    /// The executables of all running processes of the host.
+    fn running_executables(&self) -> io::Result<Vec<RunningExe>>;
+
+    // ----- commands in the host's mount namespace -----
+
+    /// `containerd --version`.
+    fn containerd_version(&self) -> Result<String, String>;
+
+    /// `containerd --config <config> config dump`.
+    fn config_dump(&self, config: &Path) -> Result<DumpOutput, String>;
+
+    /// `systemctl restart containerd`.
+    fn restart_containerd(&self) -> Result<(), String>;
+
+    /// Waits (bounded) until containerd serves CRI again and reports exactly these runtimes;
+    /// the error says what was observed.
+    fn verify_containerd(&self, runtimes: &[ExpectedRuntime]) -> Result<(), String>;
+
+    // ----- clock -----
+
+    fn now(&self) -> jiff::Timestamp;
+}

@@ -1,0 +1,463 @@
+//! The real node: the host's root file system mounted below `/host`, the host's PID namespace
+//! (`hostPID: true`), and commands run in the host's mount namespace.
+//!
+//! The installer image is distroless: there is no `nsenter`. Each host command is forked from
+//! this process and, between fork and exec, joins PID 1's mount namespace with `setns(2)` on
+//! `/proc/1/ns/mnt` (opened before the fork). The command then sees the host's files, so
+//! `containerd`, `systemctl` and `crictl` are the host's own binaries reading the host's
+//! `/etc/containerd` and talking to the host's sockets. That is why the container needs
+//! `SYS_ADMIN` and `SYS_CHROOT` (both required by `setns` for a mount namespace), `SYS_PTRACE`
+//! (opening another process's namespace file and reading `/proc/<pid>/exe` of host processes),
+//! `hostPID` (so that PID 1 is the host's init) and an unconfined AppArmor profile (the runtime
+//! default profile denies these ptrace-class accesses).
+
+use std::fs;
+use std::io::{self, Read};
+use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::installer::containerd::{DumpOutput, ExpectedRuntime, HostFs};
+
+use super::rooted::RootedFs;
+use super::{FileInfo, Host, HostWriter, RunningExe};
+
+/// `PATH` for host commands: the usual system directories (the pod's own `PATH` names
+/// directories of the installer image).
+const HOST_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// How the real node is reached.
+#[derive(Clone, Debug)]
+pub struct NodeHostConfig {
+    /// Where the host's root file system is mounted (`/host`).
+    pub root: PathBuf,
+    /// The host's `/proc` as this process sees it (with `hostPID`, the pod's own `/proc`).
+    pub proc_dir: PathBuf,
+    /// The mount namespace host commands run in: PID 1's.
+    pub mount_namespace: PathBuf,
+    /// containerd binary on the host (resolved on the host's `PATH`).
+    pub containerd_binary: String,
+    /// The systemd unit that runs containerd.
+    pub containerd_unit: String,
+    /// containerd's CRI endpoint on the host.
+    pub cri_endpoint: String,
+    /// Bound for a single host command.
+    pub command_timeout: Duration,
+    /// How long containerd may take to serve again after a restart.
+    pub verify_timeout: Duration,
+}
+
+impl Default for NodeHostConfig {
+    fn default() -> Self {
+        NodeHostConfig {
+            root: PathBuf::from(crate::desired_shims::pod_paths::HOST_ROOT),
+            proc_dir: PathBuf::from("/proc"),
+            mount_namespace: PathBuf::from("/proc/1/ns/mnt"),
+            containerd_binary: "containerd".into(),
+            containerd_unit: "containerd".into(),
+            cri_endpoint: "unix:///run/containerd/containerd.sock".into(),
+            command_timeout: Duration::from_secs(90),
+            verify_timeout: Duration::from_secs(180),
+        }
+    }
+}
+
+/// The real node.
+pub struct NodeHost {
+    fs: RootedFs,
+    config: NodeHostConfig,
+}
+
+impl NodeHost {
+    pub fn new(config: NodeHostConfig) -> Self {
+        NodeHost {
+            fs: RootedFs::new(config.root.clone()),
+            config,
+        }
+    }
+
+    /// Runs argv in the host's mount namespace with a timeout.
+    fn run(&self, argv: &[&str]) -> Result<Output, String> {
+        let Some((program, args)) = argv.split_first() else {
+            return Err("empty command".into());
+        };
+        let namespace_path = &self.config.mount_namespace;
+        let namespace = fs::File::open(namespace_path).map_err(|err| {
+            format!(
+                "cannot open {} (needs hostPID and SYS_PTRACE): {err}",
+                namespace_path.display()
+            )
+        })?;
+        let mut command = Command::new(program);
+        command
+            .args(args)
+            .env_clear()
+            .env("PATH", HOST_PATH)
+            .env("LANG", "C")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        // SAFETY: the closure runs in the forked child before exec and only performs one raw
+        // setns(2) system call on a descriptor opened before the fork; it allocates nothing.
+        unsafe {
+            command.pre_exec(move || {
+                rustix::thread::move_into_link_name_space(
+                    namespace.as_fd(),
+                    Some(rustix::thread::LinkNameSpaceType::Mount),
+                )
+                .map_err(io::Error::from)
+            });
+        }
+        let child = command
+            .spawn()
+            .map_err(|err| format!("cannot start `{}` on the host: {err}", argv.join(" ")))?;
+        wait_with_timeout(child, self.config.command_timeout)
+            .map_err(|err| format!("`{}`: {err}", argv.join(" ")))
+    }
+
+    fn run_ok(&self, argv: &[&str]) -> Result<String, String> {
+        let output = self.run(argv)?;
+        if output.status.success() {
+            Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        } else {
+            Err(format!(
+                "`{}` exited with {}: {}",
+                argv.join(" "),
+                output.status,
+                String::from_utf8_lossy(&output.stderr).trim()
+            ))
+        }
+    }
+
+    /// One verification attempt: the unit is active and the CRI reports our runtimes.
+    fn verify_once(&self, runtimes: &[ExpectedRuntime]) -> Result<String, String> {
+        let unit = self.config.containerd_unit.as_str();
+        let active = self
+            .run(&["systemctl", "is-active", unit])
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())?;
+        if active != "active" {
+            return Err(format!("systemd unit {unit} is {active:?}"));
+        }
+        let endpoint = self.config.cri_endpoint.as_str();
+        match self.run(&["crictl", "--runtime-endpoint", endpoint, "info"]) {
+            Ok(output) if output.status.success() => {
+                check_cri_info(&String::from_utf8_lossy(&output.stdout), runtimes)
+                    .map(|()| "crictl info".to_string())
+            }
+            Ok(output) => Err(format!(
+                "`crictl info` failed: {}",
+                String::from_utf8_lossy(&output.stderr).trim()
+            )),
+            // No crictl on this host: containerd answering its own API proves it serves, and
+            // the config it loaded at start is the one we validated before the restart.
+            Err(crictl) if crictl.contains("cannot start") => {
+                let address = endpoint.trim_start_matches("unix://");
+                self.run_ok(&["ctr", "--address", address, "version"])
+                    .map_err(|err| format!("{crictl}; fallback {err}"))?;
+                let dump = self.run(&[self.config.containerd_binary.as_str(), "config", "dump"])?;
+                let output = DumpOutput::from_output(&dump);
+                crate::installer::containerd::check_dump(
+                    Path::new("(default config)"),
+                    self.containerd_major_version()?,
+                    runtimes,
+                    &[],
+                    &output,
+                )
+                .map_err(|err| err.to_string())?;
+                Ok("ctr version + config dump".to_string())
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    fn containerd_major_version(
+        &self,
+    ) -> Result<crate::installer::containerd::ContainerdVersion, String> {
+        let text = self.containerd_version()?;
+        crate::installer::containerd::ContainerdVersion::parse(&text).map_err(|e| e.to_string())
+    }
+}
+
+/// Waits for a child, reading its output on helper threads so a full pipe cannot block it.
+fn wait_with_timeout(mut child: std::process::Child, timeout: Duration) -> io::Result<Output> {
+    let mut stdout = child.stdout.take();
+    let mut stderr = child.stderr.take();
+    let out_thread = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        if let Some(pipe) = stdout.as_mut() {
+            let _ = pipe.read_to_end(&mut buf);
+        }
+        buf
+    });
+    let err_thread = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        if let Some(pipe) = stderr.as_mut() {
+            let _ = pipe.read_to_end(&mut buf);
+        }
+        buf
+    });
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("did not finish within {timeout:?}; killed"),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stdout = out_thread.join().unwrap_or_default();
+    let stderr = err_thread.join().unwrap_or_default();
+    Ok(Output {
+        status,
+        stdout,
+        stderr,
+    })
+}
+
+/// `crictl info`: the runtime is ready and the CRI config lists our runtimes as written.
+pub(crate) fn check_cri_info(json: &str, runtimes: &[ExpectedRuntime]) -> Result<(), String> {
+    let value: serde_json::Value =
+        serde_json::from_str(json).map_err(|err| format!("`crictl info` is not JSON: {err}"))?;
+    let conditions = value
+        .pointer("/status/conditions")
+        .and_then(serde_json::Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let runtime_ready = conditions.iter().any(|c| {
+        c.get("type").and_then(serde_json::Value::as_str) == Some("RuntimeReady")
+            && c.get("status").and_then(serde_json::Value::as_bool) == Some(true)
+    });
+    if !runtime_ready {
+        return Err("the CRI does not report RuntimeReady".into());
+    }
+    for runtime in runtimes {
+        let pointer = format!("/config/containerd/runtimes/{}", runtime.handler);
+        let Some(entry) = value.pointer(&pointer) else {
+            return Err(format!(
+                "the CRI does not report runtime handler {}",
+                runtime.handler
+            ));
+        };
+        let runtime_type = entry.get("runtimeType").and_then(serde_json::Value::as_str);
+        if runtime_type != Some(runtime.runtime_type.as_str()) {
+            return Err(format!(
+                "the CRI reports runtime handler {} with runtimeType {runtime_type:?}, expected {:?}",
+                runtime.handler, runtime.runtime_type
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl HostFs for NodeHost {
+    fn read(&self, path: &Path) -> io::Result<Option<String>> {
+        self.fs.host_root().read(path)
+    }
+
+    fn exists(&self, path: &Path) -> io::Result<bool> {
+        self.fs.host_root().exists(path)
+    }
+}
+
+impl Host for NodeHost {
+    fn read_bytes(&self, path: &Path) -> io::Result<Option<Vec<u8>>> {
+        self.fs.read_bytes(path)
+    }
+    fn sha256(&self, path: &Path) -> io::Result<Option<String>> {
+        self.fs.sha256(path)
+    }
+    fn info(&self, path: &Path) -> io::Result<Option<FileInfo>> {
+        self.fs.info(path)
+    }
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
+        self.fs.list_dir(path)
+    }
+    fn read_link(&self, path: &Path) -> io::Result<Option<PathBuf>> {
+        self.fs.read_link(path)
+    }
+    fn create_dir_all(&self, path: &Path) -> io::Result<Vec<PathBuf>> {
+        self.fs.create_dir_all(path)
+    }
+    fn create_file(&self, path: &Path, mode: u32) -> io::Result<Box<dyn HostWriter>> {
+        self.fs.create_file(path, mode)
+    }
+    fn write_file(&self, path: &Path, content: &[u8], mode: u32) -> io::Result<()> {
+        self.fs.write_file(path, content, mode)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.fs.rename(from, to)
+    }
+    fn swap_symlink(&self, link: &Path, target: &Path) -> io::Result<()> {
+        self.fs.swap_symlink(link, target)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        self.fs.remove_file(path)
+    }
+    fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
+        self.fs.remove_dir_all(path)
+    }
+    fn remove_empty_dir(&self, path: &Path) -> io::Result<bool> {
+        self.fs.remove_empty_dir(path)
+    }
+    fn check_writable(&self, dir: &Path) -> io::Result<()> {
+        self.fs.check_writable(dir)
+    }
+
+    fn running_executables(&self) -> io::Result<Vec<RunningExe>> {
+        scan_proc(&self.config.proc_dir)
+    }
+
+    fn containerd_version(&self) -> Result<String, String> {
+        self.run_ok(&[self.config.containerd_binary.as_str(), "--version"])
+    }
+
+    fn config_dump(&self, config: &Path) -> Result<DumpOutput, String> {
+        let config = config
+            .to_str()
+            .ok_or_else(|| format!("{} is not UTF-8", config.display()))?;
+        let output = self.run(&[
+            self.config.containerd_binary.as_str(),
+            "--config",
+            config,
+            "config",
+            "dump",
+        ])?;
+        Ok(DumpOutput::from_output(&output))
+    }
+
+    fn restart_containerd(&self) -> Result<(), String> {
+        self.run_ok(&["systemctl", "restart", self.config.containerd_unit.as_str()])
+            .map(|_| ())
+    }
+
+    fn verify_containerd(&self, runtimes: &[ExpectedRuntime]) -> Result<(), String> {
+        let deadline = Instant::now() + self.config.verify_timeout;
+        let mut delay = Duration::from_millis(500);
+        loop {
+            match self.verify_once(runtimes) {
+                Ok(evidence) => {
+                    tracing::info!(%evidence, "containerd verified");
+                    return Ok(());
+                }
+                Err(err) if Instant::now() + delay >= deadline => {
+                    return Err(format!(
+                        "{err} (still after {:?})",
+                        self.config.verify_timeout
+                    ));
+                }
+                Err(err) => {
+                    tracing::debug!(error = %err, "containerd not verified yet");
+                    std::thread::sleep(delay);
+                    delay = (delay * 2).min(Duration::from_secs(10));
+                }
+            }
+        }
+    }
+
+    fn now(&self) -> jiff::Timestamp {
+        jiff::Timestamp::now()
+    }
+}
+
+/// Every process's executable: `readlink` gives the host path (the process lives in the host's
+/// mount namespace), `stat` through the magic link gives the inode even when the file was
+/// replaced or deleted. Processes that vanish or deny access (kernel threads) are skipped.
+pub(crate) fn scan_proc(proc_dir: &Path) -> io::Result<Vec<RunningExe>> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(proc_dir)? {
+        let Ok(entry) = entry else { continue };
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|name| name.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let exe = entry.path().join("exe");
+        let Ok(target) = fs::read_link(&exe) else {
+            continue;
+        };
+        let text = target.to_string_lossy();
+        let path = PathBuf::from(text.strip_suffix(" (deleted)").unwrap_or(&text));
+        let id = fs::metadata(&exe).ok().map(|m| (m.dev(), m.ino()));
+        out.push(RunningExe { pid, path, id });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_cri_info() {
+        let spin = ExpectedRuntime::new("spin", "io.containerd.spin.v2", "/x");
+        let ok = r#"{"status":{"conditions":[{"type":"RuntimeReady","status":true},{"type":"NetworkReady","status":false}]},
+                    "config":{"containerd":{"runtimes":{"spin":{"runtimeType":"io.containerd.spin.v2"}}}}}"#;
+        check_cri_info(ok, std::slice::from_ref(&spin)).unwrap();
+        let not_ready = ok.replace(
+            r#""type":"RuntimeReady","status":true"#,
+            r#""type":"RuntimeReady","status":false"#,
+        );
+        assert!(
+            check_cri_info(&not_ready, std::slice::from_ref(&spin))
+                .unwrap_err()
+                .contains("RuntimeReady")
+        );
+        let other = ok.replace("io.containerd.spin.v2", "io.containerd.other.v1");
+        assert!(
+            check_cri_info(&other, std::slice::from_ref(&spin))
+                .unwrap_err()
+                .contains("other")
+        );
+        let missing = ExpectedRuntime::new("wasmtime", "io.containerd.wasmtime.v1", "/y");
+        assert!(
+            check_cri_info(ok, &[missing])
+                .unwrap_err()
+                .contains("wasmtime")
+        );
+        assert!(check_cri_info("nope", &[]).is_err());
+    }
+
+    /// The real fork + setns + exec path. PID 1 of a test sandbox is usually out of reach, so
+    /// the namespace joined is this process's own (the same system calls).
+    #[test]
+    fn runs_commands_in_a_joined_mount_namespace() {
+        let host = NodeHost::new(NodeHostConfig {
+            root: PathBuf::from("/"),
+            mount_namespace: PathBuf::from("/proc/self/ns/mnt"),
+            ..NodeHostConfig::default()
+        });
+        let out = host
+            .run_ok(&["sh", "-c", "echo in-host-namespace"])
+            .unwrap();
+        assert_eq!(out.trim(), "in-host-namespace");
+        let err = host
+            .run_ok(&["sh", "-c", "echo oops >&2; exit 3"])
+            .unwrap_err();
+        assert!(
+            err.contains("oops") && err.contains("exit status: 3"),
+            "{err}"
+        );
+        let err = host.run_ok(&["no-such-command-here"]).unwrap_err();
+        assert!(err.contains("cannot start"), "{err}");
+    }
+
+    #[test]
+    fn scans_this_machines_proc() {
+        let exes = scan_proc(Path::new("/proc")).unwrap();
+        let me = std::process::id();
+        let own = exes.iter().find(|e| e.pid == me).unwrap();
+        assert_eq!(own.path, std::env::current_exe().unwrap());
+        assert!(own.id.is_some());
+    }
+}

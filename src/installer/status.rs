@@ -1,0 +1,130 @@
+//! The node's verification status: written by the daemon after every run into the pod's
+//! in-memory status directory, read by `containerd-shim-installer probe` (the readiness probe).
+//! The pod is ready only when this node's desired shims are verified (or, with nothing to
+//! install, when everything of ours is removed), so a bad version stops the DaemonSet rollout on
+//! the first node it breaks.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::desired_shims::Mode;
+
+use super::state::Phase;
+
+/// File name of the status file in the status directory.
+pub const STATUS_FILE: &str = "status.json";
+
+/// One shim's status on this node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShimStatus {
+    pub name: String,
+    pub handler: String,
+    pub phase: Phase,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified_at: Option<jiff::Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// What the probe decides on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeStatus {
+    pub ready: bool,
+    pub mode: Mode,
+    /// sha256 of the desired-set file this status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired_file_sha256: Option<String>,
+    pub message: String,
+    #[serde(default)]
+    pub shims: Vec<ShimStatus>,
+    /// Version directories kept only because running shims execute them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retained_in_use: Vec<String>,
+    pub updated_at: jiff::Timestamp,
+}
+
+impl NodeStatus {
+    /// A not-ready status with an error message (the run failed before deciding).
+    pub fn error(mode: Mode, message: String) -> Self {
+        NodeStatus {
+            ready: false,
+            mode,
+            desired_file_sha256: None,
+            message,
+            shims: Vec::new(),
+            retained_in_use: Vec::new(),
+            updated_at: jiff::Timestamp::now(),
+        }
+    }
+
+    /// Writes the status file atomically (a probe never reads half a file).
+    pub fn write(&self, path: &Path) -> std::io::Result<()> {
+        let text = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        let temp = super::host::temp_sibling(path);
+        std::fs::write(&temp, text)?;
+        std::fs::rename(&temp, path)
+    }
+
+    pub fn read(path: &Path) -> Result<NodeStatus, String> {
+        let bytes = std::fs::read(path).map_err(|err| format!("{}: {err}", path.display()))?;
+        serde_json::from_slice(&bytes).map_err(|err| format!("{}: {err}", path.display()))
+    }
+}
+
+/// The readiness decision: ready, and computed from the desired set that is mounted now (a
+/// status of an older set does not count).
+pub fn probe(status_file: &Path, desired_file: &Path) -> Result<String, String> {
+    let status = NodeStatus::read(status_file)?;
+    if !status.ready {
+        return Err(format!("not ready: {}", status.message));
+    }
+    let current = std::fs::read(desired_file)
+        .map(|bytes| super::payload::spec::sha256_hex(&bytes))
+        .map_err(|err| format!("{}: {err}", desired_file.display()))?;
+    if status.desired_file_sha256.as_deref() != Some(current.as_str()) {
+        return Err("the desired shim set changed; not verified yet".into());
+    }
+    Ok(status.message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probe_needs_a_ready_status_of_the_current_desired_set() {
+        let dir = tempfile::tempdir().unwrap();
+        let status_file = dir.path().join("run/status.json");
+        let desired = dir.path().join("desired.json");
+        std::fs::write(&desired, "{}").unwrap();
+        assert!(probe(&status_file, &desired).is_err());
+
+        let mut status = NodeStatus::error(Mode::Install, "boom".into());
+        status.write(&status_file).unwrap();
+        assert_eq!(
+            probe(&status_file, &desired).unwrap_err(),
+            "not ready: boom"
+        );
+
+        status.ready = true;
+        status.message = "2 shims verified".into();
+        status.desired_file_sha256 = Some(super::super::payload::spec::sha256_hex(b"{}"));
+        status.write(&status_file).unwrap();
+        assert_eq!(probe(&status_file, &desired).unwrap(), "2 shims verified");
+
+        std::fs::write(&desired, "{ }").unwrap();
+        assert!(
+            probe(&status_file, &desired)
+                .unwrap_err()
+                .contains("changed")
+        );
+    }
+}
