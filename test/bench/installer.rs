@@ -6,7 +6,6 @@
 //! the machine they came from are recorded in docs/performance.md.
 
 #[path = "../support/mod.rs"]
-#[allow(dead_code)]
 mod support;
 
 use std::time::{Duration, Instant};
