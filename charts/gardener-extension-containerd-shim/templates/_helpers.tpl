@@ -29,7 +29,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{/*
 The controller image: `image.ref`, else repository and tag from values, each defaulting to the
 image vector's entry `gardener-extension-containerd-shim` (images.yaml) and, for the tag, the
-chart's appVersion.
+chart's appVersion. A tag `sha256:...` is a digest, as in Gardener's image vectors.
 */}}
 {{- define "containerd-shim.image" -}}
 {{- if .Values.image.ref -}}
@@ -50,7 +50,11 @@ chart's appVersion.
 {{- fail "no controller image: set image.repository or image.ref (images.yaml has no entry gardener-extension-containerd-shim)" -}}
 {{- end -}}
 {{- $tag := .Values.image.tag | default $entry.tag | default .Chart.AppVersion -}}
+{{- if hasPrefix "sha256:" $tag -}}
+{{- printf "%s@%s" $repository $tag -}}
+{{- else -}}
 {{- printf "%s:%s" $repository $tag -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
