@@ -1,11 +1,12 @@
 # The two commands a new machine needs are `make local` and `make test` (see README.md).
 SHELL := /usr/bin/env bash
 
-.PHONY: local test tools tools-modules control-plane check generate bench fuzz images clean
+.PHONY: local test tools tools-modules control-plane check generate bench fuzz images chart clean
 
-## local: start the embedded control plane (seed, shoot, gardener-resource-manager) and keep it running.
+## local: the playground: control plane + the example Extension reconciled by the controller (Ctrl-C stops all).
 local: tools
-	hack/control-plane.sh up
+	cargo build --locked --bin gardener-extension-containerd-shim
+	hack/control-plane.sh run --dir "$(CURDIR)/.local/playground" -- hack/local.sh
 
 ## test: build what is missing and run every check and test (what CI runs).
 test:
@@ -31,6 +32,15 @@ check:
 ## generate: rewrite every generated file (golden files, schema, registration) from the code.
 generate:
 	UPDATE_GOLDEN=1 cargo test --locked --lib
+	hack/generate-controller-registration.sh example/controller-registration.yaml
+
+## images: build the controller and installer images with docker (hack/images/build.sh; not run by CI).
+images:
+	hack/images/build.sh
+
+## chart: lint and package the seed chart into .local/chart (hack/package-chart.sh).
+chart: tools
+	hack/package-chart.sh
 
 clean:
 	cargo clean

@@ -4,7 +4,9 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod chart;
 mod containerd_config;
+mod examples;
 mod gardener_extension;
 mod gardener_healthcheck;
 mod gardener_managed_resource;

@@ -1,0 +1,597 @@
+//! The chart's RBAC is exactly what the controller uses. The rules `helm template` renders are
+//! bound to the controller's own identity in the seed (`containerd-shim-controller`, which has
+//! no other permissions), the real binary runs with that identity through a whole Extension
+//! lifecycle, and the seed's audit log of that identity's requests is compared with the rules
+//! in both directions: nothing was forbidden, and nothing granted went unused.
+
+use std::collections::BTreeSet;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::Path;
+use std::time::Duration;
+
+use gardener_extension_containerd_shim::gardener::api::{
+    Cluster, ConditionStatus, Extension, ManagedResource, OperationState, OperationType,
+};
+use gardener_extension_containerd_shim::gardener::managed_resource;
+use gardener_extension_containerd_shim::shim::actuator::{MANAGED_RESOURCE, ORIGIN};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::node::v1::RuntimeClass;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
+
+use crate::support::process::Replica;
+use crate::support::{self, gardenlet, objects, poll};
+
+#[path = "../support/helm.rs"]
+mod helm;
+
+use helm::Grant;
+
+/// The identity `hack/control-plane.sh` gives the controller (SEED_CONTROLLER_KUBECONFIG).
+const CONTROLLER_USER: &str = "containerd-shim-controller";
+const EXTENSION: &str = "containerd-shim";
+const GARBAGE_COLLECTABLE_LABEL: &str = "resources.gardener.cloud/garbage-collectable-reference";
+
+fn config(shims: Value) -> Value {
+    json!({"apiVersion": "containerd-shim.extensions.gardener.cloud/v1alpha1",
+           "kind": "ContainerdShimConfig", "shims": shims})
+}
+
+#[tokio::test]
+async fn the_charts_rbac_grants_exactly_what_the_controller_uses() {
+    let c = support::Clusters::connect().await;
+    remove_other_extensions(&c.seed).await;
+
+    // The chart, rendered for a release namespace of this test.
+    let release_ns = support::unique_name("extension-containerd-shim");
+    support::create_namespace(&c.seed, &release_ns, &[]).await;
+    let rendered = helm::template("containerd-shim", &release_ns, &[]);
+    let cluster_rules = helm::find(&rendered, "ClusterRole", None)["rules"].clone();
+    let role_rules = helm::find(&rendered, "Role", None)["rules"].clone();
+    let granted: BTreeSet<Grant> = helm::grants(&cluster_rules)
+        .union(&helm::grants(&role_rules))
+        .cloned()
+        .collect();
+    let rbac = bind_to_controller_user(&c.seed, &release_ns, &cluster_rules, &role_rules).await;
+
+    let audit_start = audit_log_length(&c.env.seed_audit_log);
+    let mut controller = Replica::spawn(
+        "controller",
+        &c.env.seed_controller_kubeconfig,
+        &release_ns,
+        &["--healthcheck-period=2s"],
+    );
+    controller.wait_ready().await;
+
+    lifecycle(&c, &c.env.seed_audit_log, audit_start).await;
+
+    // A graceful stop releases the leader-election Lease and ends the watches, so the audit
+    // log is complete.
+    controller.signal("TERM");
+    let status = controller.wait_exit().await;
+    assert!(
+        status.success(),
+        "the controller exited with {status}:\n{}",
+        controller.logs()
+    );
+
+    let requests = poll::until(
+        "the audit log to record the controller's requests",
+        poll::DEFAULT_TIMEOUT,
+        || async { read_audit_log(&c.env.seed_audit_log, audit_start) },
+    )
+    .await;
+    let forbidden: Vec<String> = requests
+        .iter()
+        .filter(|r| r.code == 403)
+        .map(|r| format!("{} {}", r.verb, r.uri))
+        .collect();
+    assert!(
+        forbidden.is_empty(),
+        "requests of {CONTROLLER_USER} were forbidden by the chart's RBAC:\n{}",
+        forbidden.join("\n")
+    );
+    let used: BTreeSet<Grant> = requests.iter().filter_map(|r| r.grant.clone()).collect();
+    eprintln!(
+        "{} requests of {CONTROLLER_USER}; used: {:?}",
+        requests.len(),
+        used.iter().map(|g| g.to_string()).collect::<Vec<_>>()
+    );
+    let not_granted: Vec<String> = used.difference(&granted).map(|g| g.to_string()).collect();
+    assert!(
+        not_granted.is_empty(),
+        "the controller used what the chart does not grant: {not_granted:?}"
+    );
+    let unused: Vec<String> = granted.difference(&used).map(|g| g.to_string()).collect();
+    assert!(
+        unused.is_empty(),
+        "the chart grants what the controller never used: {unused:?}\nused: {:?}",
+        used.iter().map(|g| g.to_string()).collect::<Vec<_>>()
+    );
+
+    rbac.delete(&c.seed).await;
+}
+
+/// The Extension's life as gardenlet drives it, arranged so that every code path that needs a
+/// permission runs: a live Namespace read (an Extension outside a shoot namespace), a live
+/// Cluster read (the Extension before its Cluster), a bundle update that labels a secret of an
+/// older release, a migration and restore, and a deletion.
+async fn lifecycle(c: &support::Clusters, audit_log: &Path, audit_start: u64) {
+    let ns_name = support::unique_name("shoot--rbac--lifecycle");
+    support::create_namespace(&c.seed, &ns_name, &[]).await;
+    let extensions: Api<Extension> = Api::namespaced(c.seed.clone(), &ns_name);
+
+    // 1. Not (yet) a shoot namespace: the controller reads the Namespace and refuses.
+    extensions
+        .create(
+            &PostParams::default(),
+            &objects::extension(
+                &ns_name,
+                EXTENSION,
+                Some(config(json!([{"name": "wasmtime"}]))),
+            ),
+        )
+        .await
+        .expect("create Extension");
+    poll::until(
+        "an error for the Extension outside a shoot namespace",
+        poll::DEFAULT_TIMEOUT,
+        || async {
+            let ext = extensions.get(EXTENSION).await.map_err(|e| e.to_string())?;
+            match ext.status.and_then(|s| s.last_error) {
+                Some(e) => Ok(e),
+                None => Err("no lastError yet".to_string()),
+            }
+        },
+    )
+    .await;
+
+    // 2. A shoot namespace without its Cluster: the controller looks for it (404) and retries.
+    Api::<Namespace>::all(c.seed.clone())
+        .patch(
+            &ns_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"gardener.cloud/role": "shoot"}}})),
+        )
+        .await
+        .expect("label the shoot namespace");
+    let ts = gardenlet::request_reconcile(&extensions, EXTENSION).await;
+    poll::until(
+        "the controller to look for the missing Cluster",
+        poll::DEFAULT_TIMEOUT,
+        || async {
+            let requests = read_audit_log(audit_log, audit_start)?;
+            requests
+                .iter()
+                .find(|r| {
+                    r.verb == "get"
+                        && r.resource == "clusters"
+                        && r.name == ns_name
+                        && r.code == 404
+                })
+                .map(|_| ())
+                .ok_or_else(|| "no GET of the Cluster yet".to_string())
+        },
+    )
+    .await;
+
+    // 3. The Cluster appears: the retry succeeds, the bundle reaches the shoot, health is written.
+    Api::<Cluster>::all(c.seed.clone())
+        .create(
+            &PostParams::default(),
+            &objects::cluster(&ns_name, objects::shoot("rbac")),
+        )
+        .await
+        .expect("create Cluster");
+    gardenlet::wait_ready(&extensions, EXTENSION, Some(&ts)).await;
+    wait_runtime_class(&c.shoot, "wasmtime").await;
+    poll::until(
+        "SystemComponentsHealthy=True",
+        poll::DEFAULT_TIMEOUT,
+        || async {
+            let ext = extensions.get(EXTENSION).await.map_err(|e| e.to_string())?;
+            let conditions = ext.status.map(|s| s.conditions).unwrap_or_default();
+            match conditions
+                .iter()
+                .find(|c| c.type_ == "SystemComponentsHealthy")
+            {
+                Some(c) if c.status == ConditionStatus::True => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+
+    // 4. The bundle's secret looks like one an older release wrote (not garbage-collectable);
+    //    a configuration change writes a new secret, updates the ManagedResource and labels the
+    //    old secret.
+    let mrs: Api<ManagedResource> = Api::namespaced(c.seed.clone(), &ns_name);
+    let secrets: Api<Secret> = Api::namespaced(c.seed.clone(), &ns_name);
+    let old_secret = mrs
+        .get(MANAGED_RESOURCE)
+        .await
+        .expect("the ManagedResource")
+        .spec
+        .secret_refs[0]
+        .name
+        .clone();
+    secrets
+        .patch(
+            &old_secret,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {GARBAGE_COLLECTABLE_LABEL: null}}})),
+        )
+        .await
+        .expect("unlabel the bundle secret");
+    extensions
+        .patch(
+            EXTENSION,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"providerConfig":
+                config(json!([{"name": "wasmtime"}, {"name": "spin"}]))}})),
+        )
+        .await
+        .expect("change the providerConfig");
+    let ts = gardenlet::request_reconcile(&extensions, EXTENSION).await;
+    gardenlet::wait_ready(&extensions, EXTENSION, Some(&ts)).await;
+    wait_runtime_class(&c.shoot, "wasmtime-spin-v2").await;
+    let relabelled = secrets
+        .get_opt(&old_secret)
+        .await
+        .expect("read the old secret");
+    if let Some(secret) = relabelled {
+        assert_eq!(
+            secret
+                .labels()
+                .get(GARBAGE_COLLECTABLE_LABEL)
+                .map(String::as_str),
+            Some("true"),
+            "the old secret is labelled for gardener-resource-manager's garbage collection"
+        );
+    }
+
+    // 5. Control-plane migration: the ManagedResource leaves the seed, the shoot objects stay.
+    gardenlet::request_operation(&extensions, EXTENSION, "migrate").await;
+    poll::until(
+        "Migrate/Succeeded without finalizers",
+        poll::DEFAULT_TIMEOUT,
+        || async {
+            let ext = extensions.get(EXTENSION).await.map_err(|e| e.to_string())?;
+            let last = ext
+                .status
+                .as_ref()
+                .and_then(|s| s.last_operation.as_ref())
+                .map(|l| (l.type_, l.state));
+            if last == Some((OperationType::Migrate, OperationState::Succeeded))
+                && ext.finalizers().is_empty()
+            {
+                Ok(())
+            } else {
+                Err(format!("{last:?} {:?}", ext.finalizers()))
+            }
+        },
+    )
+    .await;
+    assert!(
+        mrs.get_opt(MANAGED_RESOURCE)
+            .await
+            .expect("read MR")
+            .is_none()
+    );
+
+    // 6. Restore on the same seed brings the ManagedResource back.
+    let ts = gardenlet::request_operation(&extensions, EXTENSION, "restore").await;
+    gardenlet::wait_ready(&extensions, EXTENSION, Some(&ts)).await;
+    assert!(
+        mrs.get_opt(MANAGED_RESOURCE)
+            .await
+            .expect("read MR")
+            .is_some()
+    );
+
+    // 7. Deletion: uninstall (no nodes, so immediately clean), then the bundle goes, then the
+    //    finalizer.
+    gardenlet::delete(&extensions, EXTENSION).await;
+    poll::until(
+        "the Extension to be deleted",
+        poll::DEFAULT_TIMEOUT,
+        || async {
+            match extensions
+                .get_opt(EXTENSION)
+                .await
+                .map_err(|e| e.to_string())?
+            {
+                None => Ok(()),
+                Some(e) => Err(format!(
+                    "{:?}",
+                    e.status
+                        .and_then(|s| s.last_operation)
+                        .map(|l| l.description)
+                )),
+            }
+        },
+    )
+    .await;
+    poll::until(
+        "the RuntimeClasses to leave the shoot",
+        poll::DEFAULT_TIMEOUT,
+        || async {
+            let rcs = Api::<RuntimeClass>::all(c.shoot.clone())
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            let left: Vec<String> = rcs
+                .items
+                .iter()
+                .map(|r| r.name_any())
+                .filter(|n| n == "wasmtime" || n == "wasmtime-spin-v2")
+                .collect();
+            if left.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("still there: {left:?}"))
+            }
+        },
+    )
+    .await;
+}
+
+async fn wait_runtime_class(shoot: &Client, name: &str) {
+    let api: Api<RuntimeClass> = Api::all(shoot.clone());
+    poll::until(
+        &format!("RuntimeClass {name} in the shoot"),
+        poll::DEFAULT_TIMEOUT,
+        || async {
+            api.get_opt(name)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "not yet".to_string())
+        },
+    )
+    .await;
+}
+
+/// Earlier tests of this crate leave Extensions and ManagedResources behind; the binary would
+/// watch them and their bundles would share the shoot objects with ours. Remove them (as
+/// admin, without a controller).
+async fn remove_other_extensions(seed: &Client) {
+    let mrs: Api<ManagedResource> = Api::all(seed.clone());
+    let leftovers = mrs
+        .list(&ListParams::default().labels(&format!("origin={ORIGIN}")))
+        .await
+        .expect("list ManagedResources");
+    for mr in leftovers {
+        let ns = mr.namespace().unwrap_or_default();
+        managed_resource::set_keep_objects(seed, &ns, &mr.name_any(), false)
+            .await
+            .expect("keepObjects=false");
+        managed_resource::delete(seed, &ns, &mr.name_any())
+            .await
+            .expect("delete a leftover ManagedResource");
+        managed_resource::wait_until_deleted(
+            seed,
+            &ns,
+            &mr.name_any(),
+            managed_resource::Wait::new(poll::DEFAULT_TIMEOUT)
+                .with_interval(Duration::from_millis(200)),
+        )
+        .await
+        .expect("leftover ManagedResource deleted");
+    }
+    let extensions: Api<Extension> = Api::all(seed.clone());
+    for ext in extensions
+        .list(&ListParams::default())
+        .await
+        .expect("list Extensions")
+    {
+        let api: Api<Extension> =
+            Api::namespaced(seed.clone(), &ext.namespace().unwrap_or_default());
+        api.patch(
+            &ext.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .expect("remove the finalizers of a leftover Extension");
+        match api.delete(&ext.name_any(), &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => panic!("deleting a leftover Extension: {e}"),
+        }
+    }
+}
+
+/// The RBAC objects this test created; deleted at the end.
+struct BoundRbac {
+    cluster_role: String,
+    namespace: String,
+    role: String,
+}
+
+impl BoundRbac {
+    async fn delete(self, seed: &Client) {
+        let dp = DeleteParams::default();
+        Api::<ClusterRoleBinding>::all(seed.clone())
+            .delete(&self.cluster_role, &dp)
+            .await
+            .expect("delete ClusterRoleBinding");
+        Api::<ClusterRole>::all(seed.clone())
+            .delete(&self.cluster_role, &dp)
+            .await
+            .expect("delete ClusterRole");
+        Api::<RoleBinding>::namespaced(seed.clone(), &self.namespace)
+            .delete(&self.role, &dp)
+            .await
+            .expect("delete RoleBinding");
+        Api::<Role>::namespaced(seed.clone(), &self.namespace)
+            .delete(&self.role, &dp)
+            .await
+            .expect("delete Role");
+    }
+}
+
+/// Creates a ClusterRole and a Role (in the release namespace) with the chart's rules, bound to
+/// the controller's user instead of the chart's ServiceAccount, and waits until the API server
+/// authorizes with them.
+async fn bind_to_controller_user(
+    seed: &Client,
+    namespace: &str,
+    cluster_rules: &Value,
+    role_rules: &Value,
+) -> BoundRbac {
+    let cluster_role = support::unique_name("test-containerd-shim-controller");
+    let role = cluster_role.clone();
+    let subjects =
+        json!([{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": CONTROLLER_USER}]);
+    let pp = PostParams::default();
+    Api::<ClusterRole>::all(seed.clone())
+        .create(
+            &pp,
+            &serde_json::from_value(json!({
+                "metadata": {"name": cluster_role}, "rules": cluster_rules}))
+            .expect("ClusterRole"),
+        )
+        .await
+        .expect("create ClusterRole");
+    Api::<ClusterRoleBinding>::all(seed.clone())
+        .create(
+            &pp,
+            &serde_json::from_value(json!({
+                "metadata": {"name": cluster_role},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
+                "subjects": subjects}))
+            .expect("ClusterRoleBinding"),
+        )
+        .await
+        .expect("create ClusterRoleBinding");
+    Api::<Role>::namespaced(seed.clone(), namespace)
+        .create(
+            &pp,
+            &serde_json::from_value(json!({
+                "metadata": {"name": role, "namespace": namespace}, "rules": role_rules}))
+            .expect("Role"),
+        )
+        .await
+        .expect("create Role");
+    Api::<RoleBinding>::namespaced(seed.clone(), namespace)
+        .create(
+            &pp,
+            &serde_json::from_value(json!({
+                "metadata": {"name": role, "namespace": namespace},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+                "subjects": subjects}))
+            .expect("RoleBinding"),
+        )
+        .await
+        .expect("create RoleBinding");
+
+    // The authorizer sees RBAC objects through its own caches: one request checked per object
+    // pair, so the controller's first requests are not forbidden by a lagging cache.
+    let reviews: Api<SubjectAccessReview> = Api::all(seed.clone());
+    for (verb, group, resource, ns) in [
+        ("list", "extensions.gardener.cloud", "extensions", None),
+        ("create", "coordination.k8s.io", "leases", Some(namespace)),
+    ] {
+        let review = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: Some(CONTROLLER_USER.to_string()),
+                resource_attributes: Some(ResourceAttributes {
+                    verb: Some(verb.to_string()),
+                    group: Some(group.to_string()),
+                    resource: Some(resource.to_string()),
+                    namespace: ns.map(str::to_string),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        poll::until(
+            &format!("{CONTROLLER_USER} to be allowed to {verb} {resource}"),
+            poll::DEFAULT_TIMEOUT,
+            || async {
+                let answer = reviews
+                    .create(&pp, &review)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                match answer.status {
+                    Some(s) if s.allowed => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await;
+    }
+    BoundRbac {
+        cluster_role,
+        namespace: namespace.to_string(),
+        role,
+    }
+}
+
+/// One request of the controller's user, from the audit log.
+#[derive(Debug)]
+struct AuditedRequest {
+    verb: String,
+    resource: String,
+    name: String,
+    code: u16,
+    uri: String,
+    /// What the request needs: None for non-resource URLs (discovery, /version).
+    grant: Option<Grant>,
+}
+
+fn audit_log_length(path: &Path) -> u64 {
+    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+}
+
+/// The controller user's requests recorded after `offset` (one per audit ID, the last stage
+/// recorded). Fails while the log has a partial last line.
+fn read_audit_log(path: &Path, offset: u64) -> Result<Vec<AuditedRequest>, String> {
+    let mut file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    file.seek(SeekFrom::Start(offset))
+        .map_err(|e| e.to_string())?;
+    let mut text = String::new();
+    file.read_to_string(&mut text).map_err(|e| e.to_string())?;
+    let mut by_id: std::collections::BTreeMap<String, AuditedRequest> = Default::default();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let event: Value = serde_json::from_str(line)
+            .map_err(|e| format!("an audit line is not JSON yet ({e}): {line}"))?;
+        if event["user"]["username"] != CONTROLLER_USER {
+            continue;
+        }
+        let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+        let object = &event["objectRef"];
+        let resource = match (s(&object["resource"]), s(&object["subresource"])) {
+            (r, sub) if sub.is_empty() => r,
+            (r, sub) => format!("{r}/{sub}"),
+        };
+        let verb = s(&event["verb"]);
+        let grant = (!object.is_null()).then(|| Grant {
+            group: s(&object["apiGroup"]),
+            resource: resource.clone(),
+            verb: verb.clone(),
+        });
+        let code = event["responseStatus"]["code"].as_u64().unwrap_or(0) as u16;
+        by_id.insert(
+            s(&event["auditID"]),
+            AuditedRequest {
+                verb,
+                resource,
+                name: s(&object["name"]),
+                code,
+                uri: s(&event["requestURI"]),
+                grant,
+            },
+        );
+    }
+    if by_id.is_empty() {
+        return Err("no request of the controller recorded yet".to_string());
+    }
+    Ok(by_id.into_values().collect())
+}

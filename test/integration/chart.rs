@@ -1,0 +1,574 @@
+//! The seed chart with the real helm: it lints, renders with and without the values gardenlet
+//! injects and with the example values, and what it renders is what the binary and Gardener
+//! expect (flags the binary accepts, the image the image vector names, the well-known labels,
+//! a pod the restricted Pod Security Standard admits). test/e2e/rbac.rs proves its RBAC.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+
+use gardener_extension_containerd_shim::gardener::imagevector::ImageVector;
+use gardener_extension_containerd_shim::shim::config::{Catalog, images};
+use serde_json::Value;
+
+#[path = "../support/helm.rs"]
+mod helm;
+
+const RELEASE: &str = "containerd-shim";
+const NAMESPACE: &str = "extension-containerd-shim-a1b2c";
+const NAME: &str = "gardener-extension-containerd-shim";
+const BIN: &str = env!("CARGO_BIN_EXE_gardener-extension-containerd-shim");
+
+/// What gardenlet mixes into the values on a seed (gardener-contract.md §5.2).
+const GARDENLET_VALUES: &str = r#"
+gardener:
+  version: v1.136.2
+  garden:
+    clusterIdentity: garden-local
+  gardenlet:
+    featureGates: {}
+  seed:
+    name: local
+    clusterIdentity: seed-local
+    provider: local
+    region: local
+    labels: {}
+    annotations: {}
+    spec:
+      provider:
+        type: local
+        region: local
+"#;
+
+/// What gardener-operator mixes in when it deploys the extension into the runtime cluster.
+const RUNTIME_CLUSTER_VALUES: &str = r#"
+gardener:
+  version: v1.136.2
+  runtimeCluster:
+    enabled: true
+    priorityClassName: gardener-garden-system-200
+"#;
+
+fn values_file(dir: &tempfile::TempDir, name: &str, content: &str) -> std::path::PathBuf {
+    let path = dir.path().join(name);
+    std::fs::write(&path, content).unwrap_or_else(|e| panic!("writing {name}: {e}"));
+    path
+}
+
+fn deployment(objects: &[Value]) -> &Value {
+    helm::find(objects, "Deployment", Some(NAME))
+}
+
+fn container(objects: &[Value]) -> &Value {
+    &deployment(objects)["spec"]["template"]["spec"]["containers"][0]
+}
+
+fn args(objects: &[Value]) -> Vec<String> {
+    container(objects)["args"]
+        .as_array()
+        .unwrap_or_else(|| panic!("the container has no args"))
+        .iter()
+        .map(|a| a.as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+fn env_var<'a>(objects: &'a [Value], name: &str) -> Option<&'a Value> {
+    container(objects)["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["name"] == name)
+}
+
+fn config_map_data<'a>(objects: &'a [Value], name: &str, key: &str) -> &'a str {
+    helm::find(objects, "ConfigMap", Some(name))["data"][key]
+        .as_str()
+        .unwrap_or_else(|| panic!("ConfigMap {name} has no key {key}"))
+}
+
+/// The binary parses every flag the chart passes (clap validates all arguments before it
+/// acts on `--help`).
+fn assert_binary_accepts(args: &[String]) {
+    let output = Command::new(BIN)
+        .args(args)
+        .arg("--help")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {BIN}: {e}"));
+    assert!(
+        output.status.success(),
+        "the binary refuses the chart's arguments {args:?}:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn chart_lints_with_every_kind_of_values() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let gardenlet = values_file(&dir, "gardenlet.yaml", GARDENLET_VALUES);
+    let runtime = values_file(&dir, "runtime.yaml", RUNTIME_CLUSTER_VALUES);
+    let example = helm::repo_file("example/chart-values.yaml");
+    let chart = helm::chart_dir();
+    let chart = chart.to_string_lossy();
+    for files in [
+        vec![],
+        vec![gardenlet.as_path()],
+        vec![runtime.as_path()],
+        vec![example.as_path(), gardenlet.as_path()],
+    ] {
+        let mut cmd: Vec<String> = vec!["lint".into(), "--strict".into(), chart.to_string()];
+        for f in &files {
+            cmd.extend(["--values".to_string(), f.to_string_lossy().into_owned()]);
+        }
+        let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
+        let out = helm::helm(&cmd);
+        assert!(out.contains("0 chart(s) failed"), "{out}");
+    }
+}
+
+#[test]
+fn default_values_render_a_complete_secure_deployment_without_gardener_values() {
+    let objects = helm::template(RELEASE, NAMESPACE, &[]);
+    assert_eq!(
+        helm::kinds(&objects),
+        [
+            "ClusterRole/extensions.gardener.cloud:extension-containerd-shim",
+            "ClusterRoleBinding/extensions.gardener.cloud:extension-containerd-shim",
+            "Deployment/gardener-extension-containerd-shim",
+            "PodDisruptionBudget/gardener-extension-containerd-shim",
+            "Role/gardener-extension-containerd-shim",
+            "RoleBinding/gardener-extension-containerd-shim",
+            "Service/gardener-extension-containerd-shim-metrics",
+            "ServiceAccount/gardener-extension-containerd-shim",
+            "VerticalPodAutoscaler/gardener-extension-containerd-shim",
+        ]
+    );
+    for object in &objects {
+        if object["kind"] != "ClusterRole" && object["kind"] != "ClusterRoleBinding" {
+            assert_eq!(object["metadata"]["namespace"], NAMESPACE, "{object}");
+        }
+    }
+
+    let deploy = deployment(&objects);
+    let pod = &deploy["spec"]["template"];
+    let spec = &pod["spec"];
+    let c = container(&objects);
+    let args = args(&objects);
+
+    // The image the binary itself considers its own: one image vector for both.
+    let vector = images::embedded().expect("embedded image vector");
+    let own = images::own_image(&vector, images::CONTROLLER_IMAGE).expect("controller image");
+    assert_eq!(c["image"], own.to_string());
+
+    // Flags, the subcommand and the namespaces.
+    assert_eq!(args[0], "run");
+    assert!(args.contains(&format!("--heartbeat-namespace={NAMESPACE}")));
+    assert!(args.contains(&"--leader-election=true".to_string()));
+    assert!(args.contains(&"--leader-election-id=containerd-shim-leader-election".to_string()));
+    assert!(args.contains(&"--health-bind-address=:8081".to_string()));
+    assert!(args.contains(&"--metrics-bind-address=:8080".to_string()));
+    assert!(!args.iter().any(|a| a.starts_with("--gardener-version")));
+    assert!(!args.iter().any(|a| a.starts_with("--shim-catalog-overlay")));
+    assert!(!args.iter().any(|a| a.starts_with("--disable-controllers")));
+    assert_binary_accepts(&args);
+    let leader_ns =
+        env_var(&objects, "LEADER_ELECTION_NAMESPACE").expect("LEADER_ELECTION_NAMESPACE");
+    assert_eq!(
+        leader_ns["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.namespace"
+    );
+    assert!(env_var(&objects, "IMAGEVECTOR_OVERWRITE").is_none());
+
+    // Probes on the health port.
+    let health_port = c["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["name"] == "health")
+        .expect("a health port");
+    assert_eq!(health_port["containerPort"], 8081);
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(c["livenessProbe"]["httpGet"]["port"], "health");
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(c["readinessProbe"]["httpGet"]["port"], "health");
+
+    // Gardener's conventions for seed extensions.
+    assert_eq!(spec["priorityClassName"], "gardener-system-900");
+    assert_eq!(spec["serviceAccountName"], NAME);
+    let labels = &pod["metadata"]["labels"];
+    assert_eq!(labels["networking.gardener.cloud/to-dns"], "allowed");
+    assert_eq!(
+        labels["networking.gardener.cloud/to-runtime-apiserver"],
+        "allowed"
+    );
+    let annotations = &pod["metadata"]["annotations"];
+    assert_eq!(annotations["prometheus.io/scrape"], "true");
+    assert_eq!(annotations["prometheus.io/port"], "8080");
+    assert_eq!(annotations["prometheus.io/name"], NAME);
+    assert_eq!(
+        deploy["metadata"]["labels"]["high-availability-config.resources.gardener.cloud/type"],
+        "controller"
+    );
+
+    // The restricted Pod Security Standard (the registration's enforce level).
+    assert_restricted(spec);
+
+    // PDB and VPA select and target this Deployment.
+    let selector = &deploy["spec"]["selector"]["matchLabels"];
+    let pdb = helm::find(&objects, "PodDisruptionBudget", Some(NAME));
+    assert_eq!(&pdb["spec"]["selector"]["matchLabels"], selector);
+    assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+    let vpa = helm::find(&objects, "VerticalPodAutoscaler", Some(NAME));
+    assert_eq!(vpa["apiVersion"], "autoscaling.k8s.io/v1");
+    assert_eq!(vpa["spec"]["targetRef"]["name"], NAME);
+    assert_eq!(
+        vpa["spec"]["resourcePolicy"]["containerPolicies"][0]["containerName"],
+        c["name"]
+    );
+    let service = helm::find(
+        &objects,
+        "Service",
+        Some("gardener-extension-containerd-shim-metrics"),
+    );
+    assert_eq!(&service["spec"]["selector"], selector);
+
+    // RBAC binds the chart's ServiceAccount; the Role covers the Leases the flags name.
+    for kind in ["ClusterRoleBinding", "RoleBinding"] {
+        let binding = helm::find(&objects, kind, None);
+        assert_eq!(
+            binding["subjects"],
+            serde_json::json!([{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}]),
+            "{kind}"
+        );
+    }
+    let role = helm::find(&objects, "Role", None);
+    let names: BTreeSet<&str> = role["rules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|r| r["resourceNames"].as_array().into_iter().flatten())
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(
+        names,
+        BTreeSet::from([
+            "containerd-shim-leader-election",
+            "gardener-extension-heartbeat"
+        ])
+    );
+}
+
+/// What the restricted Pod Security Standard requires of the pod and its containers.
+fn assert_restricted(spec: &Value) {
+    assert_eq!(spec["securityContext"]["runAsNonRoot"], true, "{spec}");
+    assert_eq!(
+        spec["securityContext"]["seccompProfile"]["type"], "RuntimeDefault",
+        "{spec}"
+    );
+    assert!(
+        spec["hostNetwork"].is_null() && spec["hostPID"].is_null() && spec["hostIPC"].is_null()
+    );
+    for volume in spec["volumes"].as_array().into_iter().flatten() {
+        assert!(
+            volume["configMap"].is_object() || volume["projected"].is_object(),
+            "volume type not allowed: {volume}"
+        );
+    }
+    for c in spec["containers"].as_array().into_iter().flatten() {
+        let sc = &c["securityContext"];
+        assert_eq!(sc["allowPrivilegeEscalation"], false, "{c}");
+        assert_eq!(sc["readOnlyRootFilesystem"], true, "{c}");
+        assert_eq!(
+            sc["capabilities"]["drop"],
+            serde_json::json!(["ALL"]),
+            "{c}"
+        );
+        assert!(sc["capabilities"]["add"].is_null(), "{c}");
+        assert!(
+            sc["privileged"].is_null() || sc["privileged"] == false,
+            "{c}"
+        );
+        assert!(
+            c["ports"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .all(|p| p["hostPort"].is_null())
+        );
+    }
+}
+
+#[test]
+fn gardener_values_set_the_version_and_the_runtime_clusters_priority_class() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let gardenlet = values_file(&dir, "gardenlet.yaml", GARDENLET_VALUES);
+    let objects = helm::template(RELEASE, NAMESPACE, &[gardenlet.as_path()]);
+    let args = args(&objects);
+    assert!(
+        args.contains(&"--gardener-version=v1.136.2".to_string()),
+        "{args:?}"
+    );
+    assert_binary_accepts(&args);
+    assert_eq!(
+        deployment(&objects)["spec"]["template"]["spec"]["priorityClassName"],
+        "gardener-system-900"
+    );
+
+    let runtime = values_file(&dir, "runtime.yaml", RUNTIME_CLUSTER_VALUES);
+    let objects = helm::template(RELEASE, NAMESPACE, &[runtime.as_path()]);
+    assert_eq!(
+        deployment(&objects)["spec"]["template"]["spec"]["priorityClassName"],
+        "gardener-garden-system-200"
+    );
+}
+
+#[test]
+fn example_values_mount_the_image_vector_override_and_the_catalog_overlay() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let gardenlet = values_file(&dir, "gardenlet.yaml", GARDENLET_VALUES);
+    let example = helm::repo_file("example/chart-values.yaml");
+    let objects = helm::template(
+        RELEASE,
+        NAMESPACE,
+        &[example.as_path(), gardenlet.as_path()],
+    );
+    let deploy = deployment(&objects);
+    let spec = &deploy["spec"]["template"]["spec"];
+    let c = container(&objects);
+    let args = args(&objects);
+    assert_binary_accepts(&args);
+    assert_eq!(deploy["spec"]["replicas"], 2);
+    assert_restricted(spec);
+    assert!(
+        args.contains(&"--max-concurrent-reconciles=10".to_string()),
+        "{args:?}"
+    );
+    assert!(
+        args.contains(&"--healthcheck-period=1m".to_string()),
+        "{args:?}"
+    );
+    assert!(
+        args.contains(&"--uninstall-timeout=15m".to_string()),
+        "{args:?}"
+    );
+
+    // Where each ConfigMap is mounted: the paths the env variable and the flag name.
+    let mount_of = |volume: &str| -> String {
+        let config_map = spec["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|v| v["name"] == volume)
+            .unwrap_or_else(|| panic!("no volume {volume}"))["configMap"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(!config_map.is_empty(), "{volume} is no ConfigMap volume");
+        c["volumeMounts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|m| m["name"] == volume)
+            .unwrap_or_else(|| panic!("{volume} is not mounted"))["mountPath"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+
+    let overwrite_path = env_var(&objects, "IMAGEVECTOR_OVERWRITE").expect("IMAGEVECTOR_OVERWRITE")
+        ["value"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert_eq!(
+        overwrite_path,
+        format!(
+            "{}/images_overwrite.yaml",
+            mount_of("imagevector-overwrite")
+        )
+    );
+    let overwrite = config_map_data(
+        &objects,
+        "gardener-extension-containerd-shim-imagevector-overwrite",
+        "images_overwrite.yaml",
+    );
+    let merged = images::embedded()
+        .expect("embedded image vector")
+        .merge(ImageVector::from_yaml("overwrite", overwrite).expect("the override parses"));
+    let installer = images::own_image(&merged, images::INSTALLER_IMAGE).expect("installer");
+    assert!(
+        installer
+            .to_string()
+            .starts_with("registry.example.com/mirror/containerd-shim-installer:"),
+        "{installer}"
+    );
+
+    let overlay_flag = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--shim-catalog-overlay="))
+        .expect("--shim-catalog-overlay");
+    assert_eq!(
+        overlay_flag,
+        format!("{}/catalog-overlay.yaml", mount_of("shim-catalog"))
+    );
+    let overlay = config_map_data(
+        &objects,
+        "gardener-extension-containerd-shim-shim-catalog",
+        "catalog-overlay.yaml",
+    );
+    let catalog = Catalog::builtin()
+        .expect("built-in catalog")
+        .with_overlay_yaml("chart", overlay)
+        .expect("the rendered overlay is a valid catalog overlay");
+    assert!(
+        catalog.get("kata-qemu").is_none(),
+        "the null survives the chart"
+    );
+    assert!(catalog.get("spin").is_some());
+
+    // A change of either ConfigMap rolls the Deployment.
+    let annotations = &deploy["spec"]["template"]["metadata"]["annotations"];
+    assert!(annotations["checksum/configmap-imagevector-overwrite"].is_string());
+    assert!(annotations["checksum/configmap-shim-catalog"].is_string());
+
+    let monitor = helm::find(&objects, "ServiceMonitor", Some(NAME));
+    assert_eq!(monitor["metadata"]["labels"]["prometheus"], "seed");
+    assert_eq!(
+        monitor["spec"]["selector"]["matchLabels"],
+        deploy["spec"]["selector"]["matchLabels"]
+    );
+}
+
+#[test]
+fn catalog_overlay_as_a_map_and_disabled_controllers_reach_the_binary() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let values = values_file(
+        &dir,
+        "values.yaml",
+        "shimCatalog:\n  shims:\n    wamr: null\n    spin:\n      defaultVersion: v0.22.0\n\
+         disableControllers: [healthcheck]\nvpa:\n  enabled: false\n\
+         image:\n  repository: registry.example.com/ext\n  tag: sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\n",
+    );
+    let objects = helm::template(RELEASE, NAMESPACE, &[values.as_path()]);
+    let args = args(&objects);
+    assert!(args.contains(&"--disable-controllers=healthcheck".to_string()));
+    assert_binary_accepts(&args);
+    assert!(
+        !helm::kinds(&objects)
+            .iter()
+            .any(|k| k.starts_with("VerticalPodAutoscaler/"))
+    );
+    assert_eq!(
+        container(&objects)["image"],
+        "registry.example.com/ext@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+    );
+    let overlay = config_map_data(
+        &objects,
+        "gardener-extension-containerd-shim-shim-catalog",
+        "catalog-overlay.yaml",
+    );
+    let catalog = Catalog::builtin()
+        .expect("built-in catalog")
+        .with_overlay_yaml("chart", overlay)
+        .expect("valid overlay");
+    assert!(catalog.get("wamr").is_none());
+}
+
+#[test]
+fn chart_versions_follow_the_crate_and_the_image_vector_is_shared() {
+    let chart: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(helm::chart_dir().join("Chart.yaml")).expect("Chart.yaml"),
+    )
+    .expect("Chart.yaml parses");
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(
+        chart["version"], version,
+        "Chart.yaml's version must be Cargo.toml's"
+    );
+    assert_eq!(chart["appVersion"], format!("v{version}"));
+
+    // charts/images.yaml is the one image vector: the binary embeds it and the chart reads it
+    // through its images.yaml link, which `helm package` resolves into the package.
+    let source = std::fs::read_to_string(helm::repo_file("charts/images.yaml")).expect("images");
+    let in_chart =
+        std::fs::read_to_string(helm::chart_dir().join("images.yaml")).expect("chart images");
+    assert_eq!(source, in_chart);
+    let link = std::fs::symlink_metadata(helm::chart_dir().join("images.yaml")).expect("stat");
+    assert!(
+        link.file_type().is_symlink(),
+        "charts/gardener-extension-containerd-shim/images.yaml must stay a link to ../images.yaml"
+    );
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let chart_path = helm::chart_dir();
+    let out = helm::helm(&[
+        "package",
+        &chart_path.to_string_lossy(),
+        "--destination",
+        &dir.path().to_string_lossy(),
+    ]);
+    let package = dir
+        .path()
+        .join(format!("gardener-extension-containerd-shim-{version}.tgz"));
+    assert!(package.is_file(), "{out}");
+    let objects = helm::parse(&helm::helm(&[
+        "template",
+        RELEASE,
+        &package.to_string_lossy(),
+        "--namespace",
+        NAMESPACE,
+    ]));
+    let vector = images::embedded().expect("embedded image vector");
+    let own = images::own_image(&vector, images::CONTROLLER_IMAGE).expect("controller image");
+    assert_eq!(container(&objects)["image"], own.to_string());
+}
+
+#[test]
+fn operations_doc_lists_every_flag_of_run() {
+    let output = Command::new(BIN)
+        .args(["run", "--help"])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {BIN}: {e}"));
+    assert!(output.status.success());
+    let help = String::from_utf8_lossy(&output.stdout);
+    let flags: BTreeSet<String> = help
+        .lines()
+        .map(str::trim_start)
+        .filter(|l| l.starts_with("--"))
+        .filter_map(|l| l.split([' ', '=', '[', '<']).next().map(str::to_string))
+        .filter(|f| f != "--help")
+        .collect();
+    assert!(flags.len() > 20, "{flags:?}");
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/operations.md"))
+            .expect("docs/operations.md");
+    // The section "## Flags", up to the next section.
+    let doc = doc
+        .split("\n## Flags")
+        .nth(1)
+        .expect("docs/operations.md has a section \"## Flags\"");
+    let doc = doc.split("\n## ").next().unwrap_or(doc);
+    let missing: Vec<&String> = flags
+        .iter()
+        .filter(|f| !doc.contains(&format!("`{f}")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "the Flags section of docs/operations.md does not describe these flags of `run`: {missing:?}"
+    );
+    // And the doc names no flag the binary does not have.
+    let documented: BTreeSet<String> = doc
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|s| s.starts_with("--") && !s.contains(' '))
+        .map(|s| s.split('=').next().unwrap_or(s).to_string())
+        .collect();
+    let unknown: Vec<&String> = documented
+        .iter()
+        .filter(|f| !flags.contains(*f) && f.as_str() != "--help")
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "the Flags section of docs/operations.md names flags `run` does not have: {unknown:?}"
+    );
+}
