@@ -134,6 +134,26 @@ async fn the_binary_converges_an_extension_and_reports_its_health() {
         .await
         .expect("the operation metric");
     assert!(succeeded >= 1.0, "{succeeded}");
+
+    // Leave nothing behind for the next test: deleting the Extension uninstalls from the
+    // simulated nodes (whose "kubelets" are still running) and removes the bundle.
+    gardenlet::delete(&extensions, "containerd-shim").await;
+    poll::until("the Extension deleted", poll::DEFAULT_TIMEOUT, || async {
+        match extensions
+            .get_opt("containerd-shim")
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            None => Ok(()),
+            Some(e) => Err(format!(
+                "{:?}",
+                e.status
+                    .and_then(|s| s.last_operation)
+                    .map(|l| l.description)
+            )),
+        }
+    })
+    .await;
     nodes::delete_simulated_nodes(&c.shoot).await;
 }
 
