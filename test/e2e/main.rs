@@ -5,4 +5,6 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod bad_input;
 mod controller;
+mod faults;

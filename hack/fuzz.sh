@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# `make fuzz`: runs every cargo-fuzz target in test/fuzz for FUZZ_SECONDS each (default 60).
+# Not part of `make test` or CI.
+#
+# cargo-fuzz instruments the code with SanitizerCoverage and AddressSanitizer through `-Z`
+# flags of rustc, which only nightly accepts. The project's toolchain is stable, so the run
+# sets RUSTC_BOOTSTRAP=1, which lets this stable rustc accept those flags; nothing else
+# changes, and it applies to this command only (its own target directory, never the main
+# build's).
+#
+#   FUZZ_SECONDS=600 make fuzz          # ten minutes per target
+#   FUZZ_TARGETS=provider_config make fuzz
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+
+seconds="${FUZZ_SECONDS:-60}"
+fuzz_dir="test/fuzz"
+command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz
+targets="${FUZZ_TARGETS:-$(cargo fuzz list --fuzz-dir "$fuzz_dir")}"
+
+export RUSTC_BOOTSTRAP=1
+export CARGO_TARGET_DIR="${FUZZ_TARGET_DIR:-$repo/.local/fuzz-target}"
+
+# Seed corpora from the repository's own examples and fixtures (kept out of git).
+corpus_root="$repo/.local/fuzz-corpus"
+mkdir -p "$corpus_root/provider_config" "$corpus_root/containerd_config"
+for f in example/provider-config/*.yaml; do
+  # Byte 1 odd: YAML; byte 2: number of worker pools.
+  { printf '\001\003'; cat "$f"; } >"$corpus_root/provider_config/yaml-$(basename "$f")"
+done
+
+status=0
+for target in $targets; do
+  echo "==> fuzzing $target for ${seconds}s" >&2
+  artifacts="$repo/.local/fuzz-artifacts/$target/"
+  mkdir -p "$artifacts"
+  if ! cargo fuzz run --fuzz-dir "$fuzz_dir" "$target" "$corpus_root/$target" -- \
+      -max_total_time="$seconds" -artifact_prefix="$artifacts" -rss_limit_mb=4096; then
+    echo "==> $target found a crash; reproducer in $artifacts" >&2
+    status=1
+  fi
+done
+exit "$status"
