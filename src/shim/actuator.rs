@@ -119,7 +119,7 @@ impl ShimActuator {
         ext: &Extension,
         shoot: &Shoot,
     ) -> Result<managed_resource::SecretData, ShimError> {
-        let validated = config::load(ext.spec.provider_config.as_ref(), &self.catalog, shoot)?;
+        let validated = config::load_spec(&ext.spec, &self.catalog, shoot)?;
         let desired = desired::desired_shims(&validated, &self.images)?;
         let input = BundleInput::install(&validated, desired, &self.installer_image()?, shoot);
         pack(render::render(&input))

@@ -46,6 +46,8 @@ struct Case {
     class: Option<&'static str>,
     /// A query string for the create request (`fieldValidation=Strict`).
     query: &'static str,
+    /// The Cluster's Shoot carries another extension's providerConfig nested 300 levels deep.
+    deep_shoot: bool,
     expect: Expect,
 }
 
@@ -58,6 +60,7 @@ fn case(name: &'static str, provider_config: impl Into<String>, expect: Expect) 
         spec_type: EXTENSION,
         class: None,
         query: "",
+        deep_shoot: false,
         expect,
     }
 }
@@ -460,6 +463,24 @@ fn cases() -> Vec<Case> {
         provider_config: None,
         ..case("no providerConfig at all", "", Converges)
     });
+    // The Cluster is the shoot owner's too: another extension's providerConfig in the Shoot,
+    // nested deeper than the JSON decoder's limit, must not stop this one.
+    cases.push(Case {
+        deep_shoot: true,
+        ..case(
+            "Shoot with a 300-level providerConfig of another extension",
+            shim(r#"{"name":"spin"}"#),
+            Converges,
+        )
+    });
+    cases.push(Case {
+        deep_shoot: true,
+        ..case(
+            "deep Shoot and a bad providerConfig",
+            shim(r#"{"name":"doesnotexist"}"#),
+            ConfigProblem("providerConfig.shims[0].name"),
+        )
+    });
     cases
 }
 
@@ -496,13 +517,20 @@ async fn create_raw(seed: &Client, ns: &str, query: &str, body: String) -> Resul
     }
 }
 
-async fn shoot_namespace(seed: &Client, test: &str) -> String {
+async fn shoot_namespace(seed: &Client, test: &str, deep_shoot: bool) -> String {
     let ns = support::create_shoot_namespace(seed, test).await;
+    let mut shoot = objects::shoot(&ns);
+    if deep_shoot {
+        // Built as a value: the JSON parser would refuse to read it back (its limit is 128).
+        let mut deep = json!(1);
+        for _ in 0..300 {
+            deep = Value::Array(vec![deep]);
+        }
+        shoot["spec"]["extensions"] =
+            json!([{"type": "other-extension", "providerConfig": {"a": deep}}]);
+    }
     Api::<Cluster>::all(seed.clone())
-        .create(
-            &PostParams::default(),
-            &objects::cluster(&ns, objects::shoot(&ns)),
-        )
+        .create(&PostParams::default(), &objects::cluster(&ns, shoot))
         .await
         .unwrap_or_else(|e| panic!("create Cluster {ns}: {e}"));
     ns
@@ -573,7 +601,7 @@ async fn bad_input_gets_a_clear_error_and_never_stops_the_controller() {
                 let seed = c.seed.clone();
                 let timestamp = timestamp.clone();
                 async move {
-                    let ns = shoot_namespace(&seed, &format!("bad{i}")).await;
+                    let ns = shoot_namespace(&seed, &format!("bad{i}"), case.deep_shoot).await;
                     let result =
                         create_raw(&seed, &ns, case.query, body(case, &ns, &timestamp)).await;
                     (i, ns, result)
@@ -608,7 +636,7 @@ async fn bad_input_gets_a_clear_error_and_never_stops_the_controller() {
     }
 
     // The good Extension, created last, converges while the bad ones fail and retry.
-    let good = shoot_namespace(&c.seed, "good").await;
+    let good = shoot_namespace(&c.seed, "good", false).await;
     let good_api: Api<Extension> = Api::namespaced(c.seed.clone(), &good);
     good_api
         .create(
@@ -670,6 +698,21 @@ async fn bad_input_gets_a_clear_error_and_never_stops_the_controller() {
     // Still serving: a reconcile request on the good one is answered after all that.
     let ts = gardenlet::request_reconcile(&good_api, EXTENSION).await;
     gardenlet::wait_ready(&good_api, EXTENSION, Some(&ts)).await;
+
+    // A new process starts with all of it in its first lists (a restart, an update, a
+    // fail-over): it becomes ready and serves the good one again.
+    drop(controller);
+    let restarted = Replica::spawn(
+        "controller-restarted",
+        &c.env.seed_kubeconfig,
+        &system,
+        &["--healthcheck-period=5s"],
+    );
+    restarted.wait_ready().await;
+    let ts = gardenlet::request_reconcile(&good_api, EXTENSION).await;
+    gardenlet::wait_ready(&good_api, EXTENSION, Some(&ts)).await;
+    let logs = restarted.logs();
+    assert!(!logs.contains("panicked"), "{logs}");
 
     // The refused inputs, at the decode layer.
     decode_layer_refuses_what_the_api_server_refuses();

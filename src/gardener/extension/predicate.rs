@@ -99,6 +99,7 @@ mod tests {
                 type_: type_.into(),
                 class: class.map(str::to_string),
                 provider_config: None,
+                provider_config_error: None,
             },
         )
     }
