@@ -15,7 +15,7 @@ use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
-use crate::support::process::Replica;
+use crate::support::process::{Replica, free_port};
 use crate::support::{self, gardenlet, objects, poll};
 
 const EXTENSION: &str = "containerd-shim";
@@ -303,12 +303,25 @@ async fn the_controller_recovers_from_a_seed_apiserver_restart() {
     let c = support::Clusters::connect().await;
     let system = support::unique_name("extension-containerd-shim");
     support::create_namespace(&c.seed, &system, &[]).await;
-    let controller = Replica::spawn(
-        "controller",
-        &c.env.seed_kubeconfig,
-        &system,
-        &["--healthcheck-period=2s"],
-    );
+    // A leader that cannot renew its Lease within the renew deadline stops, by design (two
+    // leaders must never act at once; controller-runtime exits the same way and the kubelet
+    // restarts the pod). A restart of the API server takes several seconds here, longer than
+    // the tests' usual 4 s deadline, so this controller gets a deadline that outlasts it:
+    // what is tested is that the same process reconnects every client and watch.
+    let (health_port, metrics_port) = (free_port(), free_port());
+    let args = vec![
+        "run".to_string(),
+        format!("--kubeconfig={}", c.env.seed_kubeconfig.display()),
+        format!("--leader-election-namespace={system}"),
+        format!("--heartbeat-namespace={system}"),
+        format!("--health-bind-address=127.0.0.1:{health_port}"),
+        format!("--metrics-bind-address=127.0.0.1:{metrics_port}"),
+        "--leader-election-lease-duration=90s".to_string(),
+        "--leader-election-renew-deadline=60s".to_string(),
+        "--leader-election-retry-period=1s".to_string(),
+        "--healthcheck-period=2s".to_string(),
+    ];
+    let controller = Replica::spawn_exact("controller", args, health_port, metrics_port);
     controller.wait_ready().await;
     let pid = controller.pid().expect("the controller runs");
     let before = shoot_with_extension(&c.seed, "before-restart").await;

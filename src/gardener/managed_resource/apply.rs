@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde::Serialize;
 use tokio::time::Instant;
@@ -286,6 +286,46 @@ pub async fn delete(client: &Client, namespace: &str, name: &str) -> Result<(), 
     }
 }
 
+/// Whether `secret` is one of the hash-named secrets of ManagedResource `managed_resource`
+/// (`managedresource-<mr>-<8 hex>`), as [`SecretData::secret_name`] names them.
+pub fn is_secret_of(managed_resource: &str, secret: &str) -> bool {
+    secret
+        .strip_prefix(SECRET_PREFIX)
+        .and_then(|rest| rest.strip_prefix(managed_resource))
+        .and_then(|rest| rest.strip_prefix('-'))
+        .is_some_and(|hash| hash.len() == 8 && hash.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// Deletes what is left of the secrets of ManagedResource `name` once it is gone: the
+/// superseded ones (an older configuration, the install bundle replaced by the uninstall
+/// bundle) that only GRM's garbage collector would otherwise remove, if it runs at all. Call it
+/// only when the ManagedResource no longer exists; then nothing reads them. NotFound is not an
+/// error. Returns how many were deleted.
+pub async fn delete_leftover_secrets(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<usize, Error> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let list = secrets
+        .list_metadata(&ListParams::default().labels(&format!("{GARBAGE_COLLECTABLE_LABEL}=true")))
+        .await
+        .map_err(|e| Error::api("list the secrets of", MANAGED_RESOURCE, namespace, name, e))?;
+    let mut deleted = 0;
+    for secret in list.items {
+        let secret_name = secret.metadata.name.unwrap_or_default();
+        if !is_secret_of(name, &secret_name) {
+            continue;
+        }
+        match secrets.delete(&secret_name, &DeleteParams::default()).await {
+            Ok(_) => deleted += 1,
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(Error::api("delete", SECRET, namespace, &secret_name, e)),
+        }
+    }
+    Ok(deleted)
+}
+
 /// Gardener's `SetKeepObjects`: a merge patch of `spec.keepObjects`; NotFound is not an error.
 /// Migration sets it before deleting the ManagedResource so that the shoot objects stay.
 pub async fn set_keep_objects(
@@ -538,6 +578,24 @@ mod tests {
         .expect("a long interval must not sleep past the deadline");
         assert_eq!(rounds, 1);
         assert!(Instant::now() >= deadline);
+    }
+
+    #[test]
+    fn only_our_hash_named_secrets_are_ours() {
+        let data = SecretData::from_map(BTreeMap::from([("k".to_string(), b"v".to_vec())]));
+        assert!(is_secret_of("mr", &data.secret_name("mr")));
+        assert!(is_secret_of("mr", "managedresource-mr-0ea7da4f"));
+        for other in [
+            "managedresource-mr",
+            "managedresource-mr-0ea7da4",
+            "managedresource-mr-0ea7da4fx",
+            "managedresource-mr-xyzxyzxy",
+            "managedresource-mr-other-0ea7da4f",
+            "managedresource-mrx-0ea7da4f",
+            "mr-0ea7da4f",
+        ] {
+            assert!(!is_secret_of("mr", other), "{other}");
+        }
     }
 
     #[test]
