@@ -29,6 +29,24 @@ for f in example/provider-config/*.yaml; do
   # Byte 1 odd: YAML; byte 2: number of worker pools.
   { printf '\001\003'; cat "$f"; } >"$corpus_root/provider_config/yaml-$(basename "$f")"
 done
+header='"apiVersion":"containerd-shim.extensions.gardener.cloud/v1alpha1","kind":"ContainerdShimConfig"'
+printf '\000\001{%s,"shims":[{"name":"spin"},{"name":"wasmtime","workerPools":["worker-a"]}]}' "$header" \
+  >"$corpus_root/provider_config/json-catalog"
+printf '\000\003{%s,"shims":[{"name":"foo","custom":{"runtimeType":"io.containerd.foo.v1","version":"v1","binaries":[{"name":"containerd-shim-foo-v1","url":{"amd64":{"url":"https://example.com/x","sha256":"%s"}}}]},"runtimeClass":{"handler":"foo","overhead":{"podFixed":{"cpu":"100m"}},"tolerations":[{"key":"k","operator":"Exists"}]},"options":{"A":true},"nodeSelector":{"example.com/x":"y"},"podAnnotations":["example.com/*"]}],"rollout":{"maxConcurrentRestarts":2,"maxUnavailable":"10%%"}}' "$header" "$(printf 'a%.0s' $(seq 64))" \
+  >"$corpus_root/provider_config/json-custom"
+# Bytes 1-3: containerd release, distribution layout, second file present; then the file,
+# NUL, the second file, NUL, the desired sets (see test/fuzz/fuzz_targets/containerd_config.rs).
+sets='spin|io.containerd.spin.v2|/opt/s/containerd-shim-spin-v2|example.com/*|0|SystemdCgroup=true
+wasmtime|io.containerd.wasmtime.v1|/opt/w/containerd-shim-wasmtime-v1||1|Level=3;Path=/x'
+for f in test/fixtures/containerd/input/* test/fixtures/containerd/minimal/*; do
+  for release in 1 4; do
+    for layout in 0 2 4 5; do
+      { printf "\\$(printf '%03o' "$release")\\$(printf '%03o' "$layout")\\000"; cat "$f"
+        printf '\000\000%s\000%s' "$sets" "spin"; } \
+        >"$corpus_root/containerd_config/$(basename "$f")-$release-$layout"
+    done
+  done
+done
 
 status=0
 for target in $targets; do

@@ -5,8 +5,15 @@
 //! controller's CPU time and peak RSS (`/proc/<pid>/stat`, `VmHWM`), the seed API server's
 //! request counters (`apiserver_request_total` deltas from its own `/metrics`, all clients),
 //! the controller's own requests (the seed's audit log records the controller identity), and
-//! the writes per Extension of the first reconcile, of the first resync and of a further
-//! (no-op) resync.
+//! the requests per Extension of each reconcile "episode" (split per namespace at the
+//! lifecycle reconciler's second status patch).
+//!
+//! Two controller processes run one after the other:
+//! 1. the first reconcile of all N, with the production resync period (1 h), so that no
+//!    resync competes with the first wave;
+//! 2. a controller with a short resync period (at least `FLEET_RESYNC_SECONDS`, and 1.5 times
+//!    the first wave, so that the waves do not overlap): gardenlet requests a reconcile of
+//!    every Extension, then one resync of all N is measured, then another one (no-op).
 //!
 //! It is a benchmark, not a test: it prints figures and a JSON file and asserts nothing about
 //! time. Run it with `make bench` (a fresh control plane of its own). Knobs (environment):
@@ -97,12 +104,13 @@ async fn run() {
         print_table(std::slice::from_ref(&result));
         results.push(result);
     }
-    println!("\n===== fleet benchmark (resync period {resync:?}) =====");
+    println!("\n===== fleet benchmark (minimum resync period {resync:?}) =====");
     print_table(&results);
     let report = json!({
         "machine": machine,
         "command": "make bench  (hack/control-plane.sh run --dir .local/bench-control-plane -- cargo bench --bench fleet)",
-        "resyncPeriodSeconds": resync.as_secs(),
+        "minimumResyncPeriodSeconds": resync.as_secs(),
+        "loadAverageAtEnd": std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
         "targets": {
             "steadyStateResyncWritesNoManagedResourceOrSecret": true,
             "peakRssAt500BelowMiB": 64,
@@ -202,13 +210,22 @@ struct FleetResult {
     ready_seconds: f64,
     /// From the controller's start until gardenlet's check passes for every Extension.
     all_succeeded_seconds: f64,
+    /// Peak RSS over both controller processes, and of the first one alone.
     peak_rss_mib: f64,
+    peak_rss_first_run_mib: f64,
     rss_at_end_mib: f64,
+    /// The resync period of the second controller: the requested minimum, or 1.5 times the
+    /// first wave when that is longer.
+    resync_period_seconds: u64,
+    /// From gardenlet's reconcile request for every Extension until all are ready again.
+    requested_wave_seconds: f64,
     first_reconcile: Phase,
+    requested_reconcile: Phase,
     first_resync: Phase,
     noop_resync: Phase,
     /// Per-Extension request counts from the audit log, by reconcile episode.
     episode_first: Episodes,
+    episode_requested: Episodes,
     episode_resync: Episodes,
     episode_noop: Episodes,
     /// Health-check status writes per Extension over the whole run.
@@ -476,10 +493,95 @@ fn episodes(events: &[Audited], namespaces: &[String]) -> Vec<Episodes> {
         .collect()
 }
 
+/// The controller process of one phase.
+fn spawn_controller(c: &support::Clusters, system: &str, resync: Duration) -> Replica {
+    let health_port = free_port();
+    let metrics_port = free_port();
+    let args = vec![
+        "run".to_string(),
+        format!(
+            "--kubeconfig={}",
+            c.env.seed_controller_kubeconfig.display()
+        ),
+        format!("--leader-election-namespace={system}"),
+        format!("--heartbeat-namespace={system}"),
+        format!("--health-bind-address=127.0.0.1:{health_port}"),
+        format!("--metrics-bind-address=127.0.0.1:{metrics_port}"),
+        format!("--resync-period={}s", resync.as_secs()),
+    ];
+    Replica::spawn_exact("bench-controller", args, health_port, metrics_port)
+}
+
+/// Waits until gardenlet's check passes for all `n` Extensions of this run (with the
+/// timestamp `timestamp`, when given).
+async fn wait_all_ready(
+    extensions: &Api<Extension>,
+    selector: &str,
+    n: usize,
+    timestamp: Option<&str>,
+    own: &OwnRequests,
+) {
+    wait_phase("every Extension ready by gardenlet's check", || async {
+        own.lists.fetch_add(1, Ordering::Relaxed);
+        let list = extensions
+            .list(&ListParams::default().labels(selector))
+            .await
+            .map_err(|e| e.to_string())?;
+        let not_ready: Vec<String> = list
+            .items
+            .iter()
+            .filter_map(|e| {
+                let stale = timestamp.is_some_and(|ts| {
+                    e.annotations()
+                        .get(TIMESTAMP_ANNOTATION)
+                        .map(String::as_str)
+                        != Some(ts)
+                });
+                if stale {
+                    return Some(format!(
+                        "{}: old timestamp",
+                        e.namespace().unwrap_or_default()
+                    ));
+                }
+                gardenlet::check_extension_object(e)
+                    .err()
+                    .map(|why| format!("{}: {why:?}", e.namespace().unwrap_or_default()))
+            })
+            .collect();
+        if list.items.len() == n && not_ready.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} of {n} listed, {} not ready, e.g. {:?}",
+                list.items.len(),
+                not_ready.len(),
+                not_ready.first()
+            ))
+        }
+    })
+    .await;
+}
+
+/// Waits until the controller has counted `target` successful `reconcile` operations.
+async fn wait_reconciles(controller: &Replica, target: usize) {
+    wait_phase(&format!("{target} reconcile operations"), || async {
+        let done = controller
+            .metric(r#"gardener_extension_operations_total{controller="extension",operation="reconcile",result="succeeded"}"#)
+            .await
+            .unwrap_or(0.0) as usize;
+        if done >= target {
+            Ok(())
+        } else {
+            Err(format!("{done} of {target}"))
+        }
+    })
+    .await
+}
+
 async fn bench_one(
     c: &support::Clusters,
     n: usize,
-    resync: Duration,
+    min_resync: Duration,
     run: &str,
     clean_up: bool,
 ) -> FleetResult {
@@ -515,112 +617,87 @@ async fn bench_one(
     );
 
     let audit_path = c.env.seed_audit_log.clone();
-    let (_, audit_offset) = read_audit(&audit_path, 0);
-    let metrics_before = apiserver_requests(&c.seed).await;
     let extensions: Api<Extension> = Api::all(c.seed.clone());
     let selector = format!("{LABEL}={run}");
 
-    // Start the release-built controller with production timings, a short resync and the
-    // controller identity.
-    let health_port = free_port();
-    let metrics_port = free_port();
-    let args = vec![
-        "run".to_string(),
-        format!(
-            "--kubeconfig={}",
-            c.env.seed_controller_kubeconfig.display()
-        ),
-        format!("--leader-election-namespace={system}"),
-        format!("--heartbeat-namespace={system}"),
-        format!("--health-bind-address=127.0.0.1:{health_port}"),
-        format!("--metrics-bind-address=127.0.0.1:{metrics_port}"),
-        format!("--resync-period={}s", resync.as_secs()),
-    ];
+    // Phase 1, the first reconcile: the controller as it runs in production (resync 1 h),
+    // so that no resync competes with the first wave.
+    let (_, audit_first) = read_audit(&audit_path, 0);
+    let metrics_before = apiserver_requests(&c.seed).await;
     let started_at = jiff::Timestamp::now();
     let started = Instant::now();
-    let controller = Replica::spawn_exact("bench-controller", args, health_port, metrics_port);
+    let controller = spawn_controller(c, &system, Duration::from_secs(3600));
     let pid = controller
         .pid()
         .unwrap_or_else(|| panic!("the controller exited at once"));
     controller.wait_ready().await;
     result.ready_seconds = started.elapsed().as_secs_f64();
-
-    // Phase 1: every Extension accepted by gardenlet's check.
-    wait_phase("every Extension ready by gardenlet's check", || async {
-        own.lists.fetch_add(1, Ordering::Relaxed);
-        let list = extensions
-            .list(&ListParams::default().labels(&selector))
-            .await
-            .map_err(|e| e.to_string())?;
-        let not_ready: Vec<String> = list
-            .items
-            .iter()
-            .filter_map(|e| {
-                gardenlet::check_extension_object(e)
-                    .err()
-                    .map(|why| format!("{}: {why:?}", e.namespace().unwrap_or_default()))
-            })
-            .collect();
-        if list.items.len() == n && not_ready.is_empty() {
-            Ok(())
-        } else {
-            Err(format!(
-                "{} of {n} listed, {} not ready, e.g. {:?}",
-                list.items.len(),
-                not_ready.len(),
-                not_ready.first()
-            ))
-        }
-    })
-    .await;
+    wait_all_ready(&extensions, &selector, n, None, &own).await;
     result.all_succeeded_seconds = started.elapsed().as_secs_f64();
     let converged_at = jiff::Timestamp::now();
-    let cpu_first = proc_stats(pid).cpu_seconds;
+    let first = proc_stats(pid);
     let metrics_first = apiserver_requests(&c.seed).await;
     let lists_first = own.lists.swap(0, Ordering::Relaxed);
     eprintln!(
-        "N={n}: all Succeeded {:.1} s after start (ready after {:.1} s), CPU {cpu_first:.2} s",
-        result.all_succeeded_seconds, result.ready_seconds
+        "N={n}: all Succeeded {:.1} s after start (ready after {:.1} s), CPU {:.2} s",
+        result.all_succeeded_seconds, result.ready_seconds, first.cpu_seconds
     );
+    result.controller_panicked |= controller.logs().contains("panicked");
+    drop(controller);
 
-    // Phase 2 and 3: one resync of every Extension, then another one (nothing changed since).
-    let reconciles = |target: usize| {
-        let controller = &controller;
-        async move {
-            wait_phase(&format!("{target} resync reconciles"), || async {
-                let done = controller
-                    .metric(r#"gardener_extension_operations_total{controller="extension",operation="reconcile",result="succeeded"}"#)
+    // Phase 2, resyncs: a controller with a short resync period, longer than one wave takes,
+    // so that the waves do not overlap. gardenlet's next shoot reconcile starts it: every
+    // Extension is reconciled once on request, then once per resync period.
+    let wave = Duration::from_secs_f64(result.all_succeeded_seconds);
+    let resync = min_resync.max(Duration::from_secs((wave.as_secs_f64() * 1.5).ceil() as u64));
+    result.resync_period_seconds = resync.as_secs();
+    let (_, audit_second) = read_audit(&audit_path, 0);
+    let controller = spawn_controller(c, &system, resync);
+    let pid = controller
+        .pid()
+        .unwrap_or_else(|| panic!("the controller exited at once"));
+    controller.wait_ready().await;
+    let requested = jiff::Timestamp::now().to_string();
+    futures::stream::iter(names.iter().cloned())
+        .map(|ns| {
+            let api: Api<Extension> = Api::namespaced(c.seed.clone(), &ns);
+            let requested = requested.clone();
+            async move {
+                let body = json!({"metadata": {"annotations": {OPERATION_ANNOTATION: "reconcile", TIMESTAMP_ANNOTATION: requested}}});
+                api.patch("containerd-shim", &PatchParams::default(), &Patch::Merge(&body))
                     .await
-                    .unwrap_or(0.0) as usize;
-                if done >= target {
-                    Ok(())
-                } else {
-                    Err(format!("{done} of {target}"))
-                }
-            })
-            .await
-        }
-    };
+                    .unwrap_or_else(|e| panic!("request a reconcile of {ns}: {e}"));
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<()>>()
+        .await;
+    let requested_at = Instant::now();
+    wait_all_ready(&extensions, &selector, n, Some(&requested), &own).await;
+    result.requested_wave_seconds = requested_at.elapsed().as_secs_f64();
+    let waved_at = jiff::Timestamp::now();
+    let cpu_wave = proc_stats(pid).cpu_seconds;
+    let metrics_wave = apiserver_requests(&c.seed).await;
+    let lists_wave = own.lists.swap(0, Ordering::Relaxed);
+
     let resync_started = Instant::now();
-    reconciles(n).await;
+    wait_reconciles(&controller, 2 * n).await;
     let resynced_at = jiff::Timestamp::now();
     let cpu_resync = proc_stats(pid).cpu_seconds;
     let metrics_resync = apiserver_requests(&c.seed).await;
     let resync_seconds = resync_started.elapsed().as_secs_f64();
-    eprintln!("N={n}: first resync of all done after {resync_seconds:.1} s");
+    eprintln!("N={n}: first resync of all done after {resync_seconds:.1} s (period {resync:?})");
     let noop_started = Instant::now();
-    reconciles(2 * n).await;
+    wait_reconciles(&controller, 3 * n).await;
     let noop_at = jiff::Timestamp::now();
     let end = proc_stats(pid);
     let metrics_noop = apiserver_requests(&c.seed).await;
     let noop_seconds = noop_started.elapsed().as_secs_f64();
-
-    let logs = controller.logs();
-    result.controller_panicked = logs.contains("panicked");
+    result.controller_panicked |= controller.logs().contains("panicked");
     drop(controller);
 
     // The audit log lags a little behind the requests it records.
-    let (events, _) = poll_audit(&audit_path, audit_offset, noop_at).await;
+    let (events, _) = poll_audit(&audit_path, audit_first, noop_at).await;
     let own_list = |m: BTreeMap<String, u64>, lists: u64| -> BTreeMap<String, u64> {
         let mut m = m;
         if let Some(v) = m.get_mut("LIST extensions") {
@@ -630,15 +707,21 @@ async fn bench_one(
     };
     result.first_reconcile = Phase {
         seconds: result.all_succeeded_seconds,
-        cpu_seconds: cpu_first,
+        cpu_seconds: first.cpu_seconds,
         apiserver_requests: own_list(delta(&metrics_first, &metrics_before), lists_first),
         controller_requests: count_between(&events, started_at, converged_at),
     };
+    result.requested_reconcile = Phase {
+        seconds: result.requested_wave_seconds,
+        cpu_seconds: cpu_wave,
+        apiserver_requests: own_list(delta(&metrics_wave, &metrics_first), lists_wave),
+        controller_requests: count_between(&events, converged_at, waved_at),
+    };
     result.first_resync = Phase {
         seconds: resync_seconds,
-        cpu_seconds: cpu_resync - cpu_first,
-        apiserver_requests: delta(&metrics_resync, &metrics_first),
-        controller_requests: count_between(&events, converged_at, resynced_at),
+        cpu_seconds: cpu_resync - cpu_wave,
+        apiserver_requests: delta(&metrics_resync, &metrics_wave),
+        controller_requests: count_between(&events, waved_at, resynced_at),
     };
     result.noop_resync = Phase {
         seconds: noop_seconds,
@@ -646,8 +729,23 @@ async fn bench_one(
         apiserver_requests: delta(&metrics_noop, &metrics_resync),
         controller_requests: count_between(&events, resynced_at, noop_at),
     };
-    let mut eps = episodes(&events, &names).into_iter();
-    result.episode_first = eps.next().unwrap_or_default();
+    let first_run: Vec<Audited> = events
+        .iter()
+        .filter(|e| e.at < converged_at)
+        .cloned()
+        .collect();
+    let second_run: Vec<Audited> = events
+        .iter()
+        .filter(|e| e.at >= converged_at)
+        .cloned()
+        .collect();
+    let _ = audit_second;
+    result.episode_first = episodes(&first_run, &names)
+        .into_iter()
+        .next()
+        .unwrap_or_default();
+    let mut eps = episodes(&second_run, &names).into_iter();
+    result.episode_requested = eps.next().unwrap_or_default();
     result.episode_resync = eps.next().unwrap_or_default();
     result.episode_noop = eps.next().unwrap_or_default();
     let wanted: std::collections::BTreeSet<&str> = names.iter().map(String::as_str).collect();
@@ -656,7 +754,8 @@ async fn bench_one(
         .filter(|e| e.healthcheck_status_patch && wanted.contains(e.namespace.as_str()))
         .count() as f64
         / n as f64;
-    result.peak_rss_mib = end.vm_hwm_kib as f64 / 1024.0;
+    result.peak_rss_mib = first.vm_hwm_kib.max(end.vm_hwm_kib) as f64 / 1024.0;
+    result.peak_rss_first_run_mib = first.vm_hwm_kib as f64 / 1024.0;
     result.rss_at_end_mib = end.vm_rss_kib as f64 / 1024.0;
     result.targets = targets(&result);
 
@@ -841,30 +940,34 @@ fn fmt_counts(m: &BTreeMap<String, u64>, top: usize) -> String {
 
 fn print_table(results: &[FleetResult]) {
     println!(
-        "\n{:>5} {:>8} {:>10} {:>11} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8}",
+        "\n{:>5} {:>7} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>9}",
         "N",
         "ready s",
         "all OK s",
-        "CPU first",
+        "CPU 1st s",
+        "req wave s",
         "CPU rsync",
         "CPU noop",
         "peak MiB",
         "end MiB",
+        "resync s",
         "w/ext 1st",
-        "w/ext rs",
+        "w/ext rsync",
         "w/ext noop"
     );
     for r in results {
         println!(
-            "{:>5} {:>8.1} {:>10.1} {:>11.2} {:>9.2} {:>9.2} {:>9.1} {:>9.1} {:>8.2} {:>8.2} {:>8.2}",
+            "{:>5} {:>7.1} {:>9.1} {:>9.2} {:>9.1} {:>9.2} {:>8.2} {:>8.1} {:>8.1} {:>8} {:>9.2} {:>9.2} {:>9.2}",
             r.n,
             r.ready_seconds,
             r.all_succeeded_seconds,
             r.first_reconcile.cpu_seconds,
+            r.requested_wave_seconds,
             r.first_resync.cpu_seconds,
             r.noop_resync.cpu_seconds,
             r.peak_rss_mib,
             r.rss_at_end_mib,
+            r.resync_period_seconds,
             r.episode_first.writes_total_per_extension,
             r.episode_resync.writes_total_per_extension,
             r.episode_noop.writes_total_per_extension,
@@ -872,35 +975,29 @@ fn print_table(results: &[FleetResult]) {
     }
     for r in results {
         println!("\nN={}:", r.n);
-        println!(
-            "  writes/Extension, first reconcile ({} seen): {}",
-            r.episode_first.extensions,
-            fmt_map(&r.episode_first.writes_per_extension)
-        );
-        println!(
-            "  reads/Extension,  first reconcile: {}",
-            fmt_map(&r.episode_first.reads_per_extension)
-        );
-        println!(
-            "  writes/Extension, first resync ({} seen): {}",
-            r.episode_resync.extensions,
-            fmt_map(&r.episode_resync.writes_per_extension)
-        );
-        println!(
-            "  reads/Extension,  first resync: {}",
-            fmt_map(&r.episode_resync.reads_per_extension)
-        );
-        println!(
-            "  writes/Extension, no-op resync ({} seen): {}",
-            r.episode_noop.extensions,
-            fmt_map(&r.episode_noop.writes_per_extension)
-        );
+        for (name, e) in [
+            ("first reconcile", &r.episode_first),
+            ("requested reconcile", &r.episode_requested),
+            ("first resync", &r.episode_resync),
+            ("no-op resync", &r.episode_noop),
+        ] {
+            println!(
+                "  writes/Extension, {name} ({} seen): {}",
+                e.extensions,
+                fmt_map(&e.writes_per_extension)
+            );
+            println!(
+                "  reads/Extension,  {name}: {}",
+                fmt_map(&e.reads_per_extension)
+            );
+        }
         println!(
             "  health-check status writes/Extension (whole run): {:.2}",
             r.healthcheck_writes_per_extension
         );
         for (name, phase) in [
             ("first reconcile", &r.first_reconcile),
+            ("requested reconcile", &r.requested_reconcile),
             ("first resync", &r.first_resync),
             ("no-op resync", &r.noop_resync),
         ] {

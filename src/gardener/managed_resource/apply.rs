@@ -109,6 +109,7 @@ async fn create_or_update(
 ) -> Result<bool, Error> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let mrs: Api<ManagedResource> = Api::namespaced(client.clone(), namespace);
+    let current_secret = data.secret_name(name);
     let mut wrote = ensure_secret(&secrets, &data.to_secret(namespace, name)).await?;
 
     for _ in 0..MAX_UPDATE_ATTEMPTS {
@@ -129,7 +130,13 @@ async fn create_or_update(
         // Secrets written by older library versions were neither immutable nor collectable;
         // Gardener labels whatever the ManagedResource references so that GRM's GC takes
         // care of them once they are superseded.
-        for secret in &existing.spec.secret_refs {
+        // The current secret was just read (and labelled if needed) by `ensure_secret`.
+        for secret in existing
+            .spec
+            .secret_refs
+            .iter()
+            .filter(|s| s.name != current_secret)
+        {
             wrote |= label_garbage_collectable(&secrets, namespace, &secret.name).await?;
         }
         let Some(merged) = desired.merge_into(&existing) else {

@@ -557,3 +557,17 @@ fn ownership_survives_the_state_file() {
     uninstall(&mut host, C2, &loaded);
     assert_eq!(main_text(&host), fixture("v2-debian.toml"));
 }
+
+/// Regression (fuzz target `containerd_config`): a config that starts with a byte-order mark
+/// came back without it after install and uninstall.
+#[test]
+fn install_and_uninstall_keep_a_byte_order_mark() {
+    let original = "\u{feff}[plugins.cri.containerd]\n  snapshotter = \"overlayfs\"\n";
+    for containerd in [C1, C2] {
+        let mut host = MemoryHost::new().with(MAIN, original);
+        let plan = install(&mut host, containerd, &[spin()], &Ownership::default());
+        assert!(main_text(&host).starts_with('\u{feff}'), "{containerd:?}");
+        uninstall(&mut host, containerd, &plan.ownership);
+        assert_eq!(main_text(&host), original, "{containerd:?}");
+    }
+}

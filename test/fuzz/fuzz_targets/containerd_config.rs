@@ -1,57 +1,24 @@
 //! The containerd configuration engine over arbitrary host files: `locate`, `plan_install`,
 //! `plan_uninstall` on a `MemoryHost`. Whatever the node holds, planning returns a plan or an
 //! error, never a panic; and when it plans, the documented contract holds: installing again
-//! changes nothing, and uninstalling gives every original file back byte for byte.
+//! writes nothing, and uninstalling gives every original file back byte for byte.
 //!
-//! Input (structured with `arbitrary`): the containerd release, which distribution layout the
-//! files are put in, the file texts, and the handlers to install.
+//! Input: byte 0 picks the containerd release, byte 1 the distribution layout the files are put
+//! in, byte 2 whether the second file exists; the rest is UTF-8 text split at NUL bytes into
+//! the main config file, the second file, and two desired sets (installed in turn), one handler
+//! a line: `handler|runtime_type|runtime_path|annotation,annotation|privileged|Key=value;...`
+//! (values `true`/`false` are booleans, integers are integers, anything else a string; empty
+//! fields take a default). `hack/fuzz.sh` seeds it with the repository's containerd fixtures.
 #![no_main]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use arbitrary::Arbitrary;
 use gardener_extension_containerd_shim::desired_shims::OptionValue;
 use gardener_extension_containerd_shim::installer::containerd::{
     ContainerdVersion, MemoryHost, Ownership, RuntimeEntry, locate, plan_install, plan_uninstall,
 };
 use libfuzzer_sys::fuzz_target;
-
-#[derive(Arbitrary, Debug)]
-enum Opt {
-    Bool(bool),
-    Int(i64),
-    Str(String),
-}
-
-#[derive(Arbitrary, Debug)]
-struct Runtime {
-    handler: u8,
-    raw_handler: Option<String>,
-    runtime_type: u8,
-    path: Option<String>,
-    pod_annotations: Vec<String>,
-    privileged: bool,
-    options: Vec<(String, Opt)>,
-}
-
-#[derive(Arbitrary, Debug)]
-struct Input {
-    containerd: u8,
-    layout: u8,
-    main: String,
-    extra: Option<String>,
-    runtimes: Vec<Runtime>,
-    second: Vec<Runtime>,
-}
-
-const HANDLERS: [&str; 6] = ["spin", "wasmtime", "runc", "kata-qemu", "a", "nvidia"];
-const TYPES: [&str; 4] = [
-    "io.containerd.spin.v2",
-    "io.containerd.wasmtime.v1",
-    "io.containerd.runc.v2",
-    "io.containerd.kata-qemu.v2",
-];
 
 fn containerd(selector: u8) -> ContainerdVersion {
     match selector % 6 {
@@ -91,35 +58,52 @@ fn host(layout: u8, main: &str, extra: Option<&str>) -> MemoryHost {
     host
 }
 
-fn entries(runtimes: &[Runtime]) -> Vec<RuntimeEntry> {
-    runtimes
-        .iter()
-        .take(4)
-        .map(|r| RuntimeEntry {
-            handler: r
-                .raw_handler
-                .clone()
-                .unwrap_or_else(|| HANDLERS[usize::from(r.handler) % HANDLERS.len()].to_string()),
-            runtime_type: TYPES[usize::from(r.runtime_type) % TYPES.len()].to_string(),
-            runtime_path: r
-                .path
-                .clone()
-                .unwrap_or_else(|| "/opt/containerd-shim/bin/containerd-shim-x".to_string()),
-            pod_annotations: r.pod_annotations.iter().take(4).cloned().collect(),
-            privileged_without_host_devices: r.privileged,
-            options: r
-                .options
-                .iter()
-                .take(8)
-                .map(|(k, v)| {
-                    let v = match v {
-                        Opt::Bool(b) => OptionValue::Bool(*b),
-                        Opt::Int(i) => OptionValue::Int(*i),
-                        Opt::Str(s) => OptionValue::String(s.clone()),
-                    };
-                    (k.clone(), v)
-                })
-                .collect::<BTreeMap<_, _>>(),
+fn option(value: &str) -> OptionValue {
+    match value {
+        "true" => OptionValue::Bool(true),
+        "false" => OptionValue::Bool(false),
+        v => v
+            .parse::<i64>()
+            .map(OptionValue::Int)
+            .unwrap_or_else(|_| OptionValue::String(v.to_string())),
+    }
+}
+
+/// One handler a line, see the module documentation.
+fn entries(spec: &str) -> Vec<RuntimeEntry> {
+    spec.lines()
+        .filter(|l| !l.is_empty())
+        .take(6)
+        .map(|line| {
+            let mut f = line.split('|');
+            let mut next = |default: &str| {
+                f.next()
+                    .filter(|v| !v.is_empty())
+                    .unwrap_or(default)
+                    .to_string()
+            };
+            let handler = next("spin");
+            let runtime_type = next("io.containerd.spin.v2");
+            let runtime_path = next("/opt/containerd-shim/bin/containerd-shim-spin-v2");
+            let annotations = next("");
+            let privileged = next("0") == "1";
+            let options = next("");
+            RuntimeEntry {
+                handler,
+                runtime_type,
+                runtime_path,
+                pod_annotations: annotations
+                    .split(',')
+                    .filter(|a| !a.is_empty())
+                    .map(str::to_string)
+                    .collect(),
+                privileged_without_host_devices: privileged,
+                options: options
+                    .split(';')
+                    .filter_map(|kv| kv.split_once('='))
+                    .map(|(k, v)| (k.to_string(), option(v)))
+                    .collect::<BTreeMap<_, _>>(),
+            }
         })
         .collect()
 }
@@ -133,29 +117,39 @@ fn without_backups(host: &MemoryHost) -> BTreeMap<PathBuf, String> {
         .collect()
 }
 
-fuzz_target!(|input: Input| {
-    let containerd = containerd(input.containerd);
-    let original = host(input.layout, &input.main, input.extra.as_deref());
+fuzz_target!(|data: &[u8]| {
+    let [selector, layout, flags, rest @ ..] = data else {
+        return;
+    };
+    let Ok(text) = std::str::from_utf8(rest) else {
+        return;
+    };
+    let mut parts = text.split('\0');
+    let main = parts.next().unwrap_or_default();
+    let extra = parts.next().filter(|_| flags & 1 == 1);
+    let first_set = entries(parts.next().unwrap_or("spin"));
+    let second_set = entries(parts.next().unwrap_or_default());
+
+    let containerd = containerd(*selector);
+    let original = host(*layout, main, extra);
     let mut host = original.clone();
     let Ok(target) = locate(&host, containerd, None) else {
         return;
     };
-    let first_set = entries(&input.runtimes);
     let Ok(first) = plan_install(&host, &target, &first_set, &Ownership::default()) else {
         return;
     };
     host.apply(&first);
 
-    // Installing the same set again is a no-op.
+    // Installing the same set again writes nothing.
     let again_target = locate(&host, containerd, None).expect("the installed host locates");
     let again = plan_install(&host, &again_target, &first_set, &first.ownership)
         .expect("installing the same set again plans");
     assert!(again.writes.is_empty() && again.deletes.is_empty(), "{again:?}");
     assert_eq!(again.ownership, first.ownership);
 
-    // Changing to a second set, then uninstalling, restores every original byte.
+    // Changing to the second set, then uninstalling, restores every original byte.
     let mut ownership = first.ownership.clone();
-    let second_set = entries(&input.second);
     if let Ok(second) = plan_install(&host, &again_target, &second_set, &first.ownership) {
         host.apply(&second);
         ownership = second.ownership;
