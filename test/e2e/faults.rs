@@ -208,6 +208,12 @@ async fn the_fleet_survives_sigkill_at_random_moments() {
     );
     wait_all_ready(&c.seed, &timestamps, Duration::from_secs(120)).await;
 
+    // This control plane has one shoot API server for every shoot namespace, so the
+    // ManagedResources that earlier tests of this crate left behind apply the very shoot
+    // objects GRM deletes for ours, and would re-create them forever (a seed gives each shoot
+    // its own API server). Those tests are finished: GRM is told to ignore their bundles.
+    park_foreign_managed_resources(&c.seed, &namespaces).await;
+
     // gardenlet deletes them all: every deletion completes and nothing is orphaned.
     futures::stream::iter(namespaces.iter().cloned())
         .map(|ns| {
@@ -276,6 +282,30 @@ async fn the_fleet_survives_sigkill_at_random_moments() {
         "{}",
         controller.logs()
     );
+}
+
+/// Sets GRM's `resources.gardener.cloud/ignore` on every ManagedResource outside `ours`.
+async fn park_foreign_managed_resources(seed: &Client, ours: &[String]) {
+    let all = Api::<ManagedResource>::all(seed.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("list ManagedResources");
+    for mr in all.items {
+        let ns = mr.namespace().unwrap_or_default();
+        if ours.contains(&ns) {
+            continue;
+        }
+        let patch =
+            json!({"metadata": {"annotations": {"resources.gardener.cloud/ignore": "true"}}});
+        Api::<ManagedResource>::namespaced(seed.clone(), &ns)
+            .patch(
+                &mr.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("park ManagedResource {ns}/{}: {e}", mr.name_any()));
+    }
 }
 
 async fn count_ready(seed: &Client, timestamps: &BTreeMap<String, String>) -> usize {

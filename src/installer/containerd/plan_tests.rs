@@ -571,3 +571,41 @@ fn install_and_uninstall_keep_a_byte_order_mark() {
         assert_eq!(main_text(&host), original, "{containerd:?}");
     }
 }
+
+/// Regression (fuzz target `containerd_config`): a k0s-managed config starting with a
+/// byte-order mark was taken for an operator's file and edited in place; the next run saw the
+/// marker (our edit had moved it to a line of its own) and planned to undo the edit.
+#[test]
+fn a_byte_order_mark_does_not_hide_the_k0s_marker() {
+    const K0S: &str = "/etc/k0s/containerd.toml";
+    let original = format!("\u{feff}{}", fixture("k0s-containerd.toml"));
+    let mut host = MemoryHost::new().with(K0S, original.clone());
+    let target = locate(&host, C1, None).unwrap();
+    assert!(
+        matches!(target.strategy, WriteStrategy::DropIn { .. }),
+        "{target:?}"
+    );
+    let first = install(&mut host, C1, &[spin()], &Ownership::default());
+    assert_eq!(
+        host.files[Path::new(K0S)],
+        original,
+        "k0s' own file is left alone"
+    );
+    let again = try_install_with(&host, C1, &[spin()], &first.ownership);
+    assert!(
+        again.writes.is_empty() && again.deletes.is_empty(),
+        "{again:?}"
+    );
+    uninstall(&mut host, C1, &first.ownership);
+    assert_eq!(host.files[Path::new(K0S)], original);
+}
+
+fn try_install_with(
+    host: &MemoryHost,
+    containerd: ContainerdVersion,
+    runtimes: &[RuntimeEntry],
+    previous: &Ownership,
+) -> Plan {
+    let target = locate(host, containerd, None).unwrap();
+    plan_install(host, &target, runtimes, previous).unwrap()
+}
