@@ -609,3 +609,28 @@ fn try_install_with(
     let target = locate(host, containerd, None).unwrap();
     plan_install(host, &target, runtimes, previous).unwrap()
 }
+
+/// Regression (fuzz target `containerd_config`): an option key with `{{` went into a k3s
+/// template, which k3s would execute and which the next run refused as unsafe.
+#[test]
+fn template_option_keys_with_actions_are_refused() {
+    let rendered = format!("{K3S}/config.toml");
+    let host = MemoryHost::new().with(&rendered, "");
+    let mut templated = spin();
+    templated
+        .options
+        .insert("A{{ .Evil }}".into(), OptionValue::Int(3));
+    let err = try_install(&host, C2, &[templated]).unwrap_err();
+    assert!(
+        matches!(err, ConfigError::UnsafeTemplateKey { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("A{{ .Evil }}"), "{err}");
+    assert!(
+        !host
+            .files
+            .keys()
+            .any(|p| p.to_string_lossy().ends_with(".tmpl")),
+        "nothing written"
+    );
+}
