@@ -48,14 +48,25 @@ for f in test/fixtures/containerd/input/* test/fixtures/containerd/minimal/*; do
   done
 done
 
+# Fork mode keeps fuzzing after a crash for the whole time budget; every crash is written to
+# .local/fuzz-artifacts/<target>/ and makes the run fail at the end.
 status=0
 for target in $targets; do
   echo "==> fuzzing $target for ${seconds}s" >&2
   artifacts="$repo/.local/fuzz-artifacts/$target/"
   mkdir -p "$artifacts"
+  marker="$(mktemp)"
   if ! cargo fuzz run --fuzz-dir "$fuzz_dir" "$target" "$corpus_root/$target" -- \
-      -max_total_time="$seconds" -artifact_prefix="$artifacts" -rss_limit_mb=4096; then
-    echo "==> $target found a crash; reproducer in $artifacts" >&2
+      -max_total_time="$seconds" -artifact_prefix="$artifacts" -rss_limit_mb=4096 \
+      -fork=1 -ignore_crashes=1; then
+    status=1
+  fi
+  crashes="$(find "$artifacts" -name 'crash-*' -newer "$marker" | sort)"
+  rm -f "$marker"
+  if [[ -n "$crashes" ]]; then
+    echo "==> $target found crashes; reproduce one with" >&2
+    echo "    $CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release/$target <file>:" >&2
+    echo "$crashes" | sed 's/^/    /' >&2
     status=1
   fi
 done
