@@ -29,6 +29,14 @@ check:
 	cargo fmt --all -- --check
 	cargo clippy --all-targets --locked -- -D warnings
 
+## bench: the fleet benchmark on a fresh control plane (figures and .local/bench/*.json; not CI).
+bench: tools
+	hack/bench.sh
+
+## fuzz: every cargo-fuzz target for FUZZ_SECONDS each (default 60; not CI).
+fuzz:
+	hack/fuzz.sh
+
 ## generate: rewrite every generated file (golden files, schema, registration) from the code.
 generate:
 	UPDATE_GOLDEN=1 cargo test --locked --lib

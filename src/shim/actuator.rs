@@ -119,7 +119,7 @@ impl ShimActuator {
         ext: &Extension,
         shoot: &Shoot,
     ) -> Result<managed_resource::SecretData, ShimError> {
-        let validated = config::load(ext.spec.provider_config.as_ref(), &self.catalog, shoot)?;
+        let validated = config::load_spec(&ext.spec, &self.catalog, shoot)?;
         let desired = desired::desired_shims(&validated, &self.images)?;
         let input = BundleInput::install(&validated, desired, &self.installer_image()?, shoot);
         pack(render::render(&input))
@@ -170,7 +170,7 @@ impl ShimActuator {
     /// removed it (and with it, unless `keepObjects`, every shoot object).
     async fn delete_bundle(&self, namespace: &str, what: &str) -> Result<Outcome, ShimError> {
         if self.managed_resource(namespace).await?.is_none() {
-            return Ok(Outcome::Done);
+            return self.bundle_gone(namespace).await;
         }
         managed_resource::delete(&self.client, namespace, MANAGED_RESOURCE).await?;
         Ok(Outcome::InProgress {
@@ -179,6 +179,19 @@ impl ShimActuator {
             ),
             requeue_after: self.settings.poll_interval,
         })
+    }
+
+    /// The ManagedResource is gone: its superseded secrets (an older configuration, the
+    /// install bundle the uninstall bundle replaced) go too, rather than waiting for a garbage
+    /// collector.
+    async fn bundle_gone(&self, namespace: &str) -> Result<Outcome, ShimError> {
+        let deleted =
+            managed_resource::delete_leftover_secrets(&self.client, namespace, MANAGED_RESOURCE)
+                .await?;
+        if deleted > 0 {
+            tracing::info!(namespace = %namespace, deleted, "deleted superseded bundle secrets");
+        }
+        Ok(Outcome::Done)
     }
 
     async fn reconcile_bundle(&self, ctx: &ActuatorContext<'_>) -> Result<Outcome, ShimError> {
@@ -260,7 +273,7 @@ impl Actuator for ShimActuator {
                 .await;
         }
         let Some(current) = self.managed_resource(&namespace).await? else {
-            return Ok(Outcome::Done);
+            return self.bundle_gone(&namespace).await;
         };
         if current.metadata.deletion_timestamp.is_some() {
             return self.delete_bundle(&namespace, "uninstalled").await;

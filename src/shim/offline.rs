@@ -140,8 +140,8 @@ pub fn render_extension(
         description: format_error_description(descriptions::RECONCILE_ERROR, &e.to_string()),
         codes: e.codes(),
     };
-    let validated = config::load(ext.spec.provider_config.as_ref(), catalog, shoot)
-        .map_err(|e| as_controller(e.into()))?;
+    let validated =
+        config::load_spec(&ext.spec, catalog, shoot).map_err(|e| as_controller(e.into()))?;
     let desired =
         desired::desired_shims(&validated, images).map_err(|e| as_controller(e.into()))?;
     let installer = images::own_image(images, images::INSTALLER_IMAGE)

@@ -5,5 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod bad_input;
 mod controller;
+mod faults;
 mod rbac;

@@ -712,6 +712,7 @@ async fn t4d_other_types_and_classes_are_never_reconciled() {
                 type_: type_.into(),
                 class: class.map(str::to_string),
                 provider_config: None,
+                provider_config_error: None,
             },
             status: None,
         };

@@ -58,6 +58,7 @@ pub fn extension(namespace: &str, type_: &str, provider_config: Option<Value>) -
             type_: type_.to_string(),
             class: None,
             provider_config,
+            provider_config_error: None,
         },
         status: None,
     }

@@ -98,11 +98,6 @@ impl Replica {
     pub fn spawn(name: &str, kubeconfig: &Path, namespace: &str, extra: &[&str]) -> Replica {
         let health_port = free_port();
         let metrics_port = free_port();
-        let log = tempfile::NamedTempFile::new()
-            .unwrap_or_else(|e| panic!("cannot create a log file: {e}"));
-        let stderr = log
-            .reopen()
-            .unwrap_or_else(|e| panic!("cannot open the log file: {e}"));
         let mut args: Vec<String> = vec![
             "run".into(),
             format!("--kubeconfig={}", kubeconfig.display()),
@@ -114,6 +109,22 @@ impl Replica {
         ];
         args.extend(LEASE_TIMING.iter().map(|s| s.to_string()));
         args.extend(extra.iter().map(|s| s.to_string()));
+        Replica::spawn_exact(name, args, health_port, metrics_port)
+    }
+
+    /// Starts the binary with exactly `args` (no test timings added); `args` must bind the
+    /// health and metrics endpoints to `health_port` and `metrics_port`.
+    pub fn spawn_exact(
+        name: &str,
+        args: Vec<String>,
+        health_port: u16,
+        metrics_port: u16,
+    ) -> Replica {
+        let log = tempfile::NamedTempFile::new()
+            .unwrap_or_else(|e| panic!("cannot create a log file: {e}"));
+        let stderr = log
+            .reopen()
+            .unwrap_or_else(|e| panic!("cannot open the log file: {e}"));
         let child = tokio::process::Command::new(BIN)
             .args(&args)
             .env("POD_NAME", name)

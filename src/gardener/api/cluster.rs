@@ -22,7 +22,7 @@ use super::common::{LastOperation, OperationState};
     plural = "clusters",
     schema = "disabled"
 )]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", from = "ClusterSpecWire")]
 pub struct ClusterSpec {
     #[serde(default)]
     pub cloud_profile: serde_json::Value,
@@ -30,6 +30,58 @@ pub struct ClusterSpec {
     pub seed: Option<serde_json::Value>,
     #[serde(default)]
     pub shoot: serde_json::Value,
+}
+
+/// `spec` as it comes from the API server. The embedded objects hold the shoot owner's
+/// providerConfigs of every extension, which the API server accepts nested up to 10 000 levels,
+/// far beyond serde_json's recursion limit (128): decoded as part of the list, one such Shoot
+/// would make every list and watch of Clusters fail. So each embedded object is taken as raw
+/// text (skipped without a recursion limit) and parsed on its own; a Shoot too deep for that is
+/// decoded into the typed [`Shoot`] view, which skips the fields it does not know without
+/// recursing into them.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ClusterSpecWire {
+    #[serde(default)]
+    cloud_profile: Option<Box<serde_json::value::RawValue>>,
+    #[serde(default)]
+    seed: Option<Box<serde_json::value::RawValue>>,
+    #[serde(default)]
+    shoot: Option<Box<serde_json::value::RawValue>>,
+}
+
+impl From<ClusterSpecWire> for ClusterSpec {
+    fn from(wire: ClusterSpecWire) -> Self {
+        let parse = |raw: &serde_json::value::RawValue| {
+            serde_json::from_str::<serde_json::Value>(raw.get())
+        };
+        // CloudProfile and Seed are never read by an extension (the caches drop them).
+        let cloud_profile = wire
+            .cloud_profile
+            .and_then(|raw| parse(&raw).ok())
+            .unwrap_or_default();
+        let seed = wire
+            .seed
+            .and_then(|raw| parse(&raw).ok())
+            .filter(|v| !v.is_null());
+        let shoot = match wire.shoot {
+            None => serde_json::Value::Null,
+            Some(raw) => parse(&raw).unwrap_or_else(|deep| {
+                serde_json::from_str::<Shoot>(raw.get())
+                    .map_err(|e| e.to_string())
+                    .and_then(|shoot| serde_json::to_value(shoot).map_err(|e| e.to_string()))
+                    // Not a Shoot at all: keep the reason, so that `shoot()` reports it.
+                    .unwrap_or_else(|e| {
+                        serde_json::Value::String(format!("undecodable Shoot ({deep}): {e}"))
+                    })
+            }),
+        };
+        ClusterSpec {
+            cloud_profile,
+            seed,
+            shoot,
+        }
+    }
 }
 
 /// Why the embedded Shoot could not be decoded.
@@ -277,6 +329,53 @@ mod tests {
             .shoot()
             .unwrap_err();
         assert!(err.to_string().contains("shoot--p--s"), "{err}");
+    }
+
+    #[test]
+    fn a_shoot_deeper_than_the_recursion_limit_still_decodes() {
+        // Another extension's providerConfig in the Shoot, nested past serde_json's 128 levels.
+        let deep = format!("{}1{}", "[".repeat(300), "]".repeat(300));
+        let text = format!(
+            r#"{{"apiVersion":"extensions.gardener.cloud/v1alpha1","kind":"Cluster","metadata":{{"name":"shoot--p--s"}},"spec":{{"cloudProfile":{{"x":{deep}}},"seed":{{"y":{deep}}},"shoot":{{"apiVersion":"core.gardener.cloud/v1beta1","kind":"Shoot","metadata":{{"name":"s"}},"spec":{{"extensions":[{{"type":"other","providerConfig":{{"a":{deep}}}}}],"kubernetes":{{"version":"1.33.2"}},"provider":{{"type":"local","workers":[{{"name":"a"}}]}}}}}}}}}}"#
+        );
+        let list =
+            format!(r#"{{"apiVersion":"v1","kind":"List","metadata":{{}},"items":[{text}]}}"#);
+        let list: kube::core::ObjectList<Cluster> =
+            serde_json::from_str(&list).expect("the list decodes");
+        let cluster = &list.items[0];
+        let shoot = cluster
+            .shoot()
+            .expect("the Shoot decodes")
+            .expect("a Shoot");
+        assert_eq!(shoot.spec.kubernetes.version, "1.33.2");
+        assert_eq!(shoot.containerd_pools().count(), 1);
+        // Nobody reads these; too deep to keep, they are dropped.
+        assert!(cluster.spec.cloud_profile.is_null());
+        assert_eq!(cluster.spec.seed, None);
+
+        // A deep value that is not a Shoot at all is still reported as malformed.
+        let text = format!(
+            r#"{{"apiVersion":"extensions.gardener.cloud/v1alpha1","kind":"Cluster","metadata":{{"name":"shoot--p--s"}},"spec":{{"shoot":{{"spec":{{"provider":{{"workers":{deep}}}}}}}}}}}"#
+        );
+        let cluster: Cluster = serde_json::from_str(&text).expect("decodes");
+        let err = cluster.shoot().expect_err("not a Shoot");
+        assert!(err.to_string().contains("undecodable Shoot"), "{err}");
+    }
+
+    #[test]
+    fn clusters_decode_as_before() {
+        let text = r#"{"apiVersion":"extensions.gardener.cloud/v1alpha1","kind":"Cluster","metadata":{"name":"c"},"spec":{"cloudProfile":{"a":1},"seed":null,"shoot":{"metadata":{"name":"s"}}}}"#;
+        let cluster: Cluster = serde_json::from_str(text).expect("decodes");
+        assert_eq!(cluster.spec.cloud_profile, serde_json::json!({"a": 1}));
+        assert_eq!(cluster.spec.seed, None);
+        assert_eq!(
+            cluster.spec.shoot,
+            serde_json::json!({"metadata": {"name": "s"}})
+        );
+        let text = r#"{"apiVersion":"extensions.gardener.cloud/v1alpha1","kind":"Cluster","metadata":{"name":"c"},"spec":{}}"#;
+        let cluster: Cluster = serde_json::from_str(text).expect("decodes");
+        assert!(cluster.spec.shoot.is_null());
+        assert!(cluster.shoot().expect("no Shoot is fine").is_none());
     }
 
     #[test]

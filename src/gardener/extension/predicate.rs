@@ -3,7 +3,7 @@
 //! Retries never pass through here: error backoff and resync requeues go straight to the
 //! queue, exactly as controller-runtime's work-queue bypasses predicates.
 
-use crate::gardener::api::{Extension, OperationState, Shoot, operation};
+use crate::gardener::api::{Extension, OperationState, Shoot, TIMESTAMP_ANNOTATION, operation};
 
 use super::operation::operation_annotation;
 
@@ -48,8 +48,34 @@ pub fn admit_create(ext: &Extension, mode: TriggerMode) -> bool {
                     .as_ref()
                     .and_then(|s| s.last_operation.as_ref())
                     .is_none_or(|l| l.state != OperationState::Succeeded)
+                || unanswered_request(ext)
         }
     }
+}
+
+/// Whether gardenlet's last request (its `gardener.cloud/timestamp`) is newer than the last
+/// recorded operation, so gardenlet's readiness check cannot pass yet.
+///
+/// Deliberate addition to Gardener's create filter: the `reconcile` annotation is removed
+/// before the Processing status is written (§1.5). A process that dies between the two leaves
+/// a Succeeded object without the annotation, which no filter admits any more: gardenlet would
+/// wait for its full timeout and retry the whole shoot. Admitting such objects when a
+/// controller starts or becomes leader answers the request instead.
+fn unanswered_request(ext: &Extension) -> bool {
+    let Some(requested) = ext
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(TIMESTAMP_ANNOTATION))
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+    else {
+        return false;
+    };
+    let requested = jiff::Timestamp::from_second(requested.as_second()).unwrap_or(requested);
+    ext.status
+        .as_ref()
+        .and_then(|s| s.last_operation.as_ref())
+        .is_some_and(|l| requested > l.last_update_time.0)
 }
 
 /// An update event. Status-only changes, finalizer changes and annotation removals never pass,
@@ -99,6 +125,7 @@ mod tests {
                 type_: type_.into(),
                 class: class.map(str::to_string),
                 provider_config: None,
+                provider_config_error: None,
             },
         )
     }
@@ -181,6 +208,37 @@ mod tests {
             m
         ));
         assert!(admit_create(&done, TriggerMode::GenerationChanged));
+    }
+
+    #[test]
+    fn create_admits_a_request_no_operation_has_answered() {
+        let m = TriggerMode::OperationAnnotation;
+        // Succeeded at the epoch; gardenlet asked later and the annotation is gone already
+        // (a process died between removing it and writing Processing).
+        let done = with_state(
+            ext("containerd-shim", None),
+            Some(OperationState::Succeeded),
+        );
+        let asked = annotate(done.clone(), TIMESTAMP_ANNOTATION, "2026-01-01T00:00:00.5Z");
+        assert!(admit_create(&asked, m));
+        // Answered: the operation is at least as new as the request's second.
+        let mut answered = asked.clone();
+        if let Some(op) = answered
+            .status
+            .as_mut()
+            .and_then(|s| s.last_operation.as_mut())
+        {
+            op.last_update_time = Time("2026-01-01T00:00:00Z".parse().unwrap());
+        }
+        assert!(!admit_create(&answered, m));
+        // No timestamp or an unreadable one: Gardener's filter alone.
+        assert!(!admit_create(&done, m));
+        assert!(!admit_create(
+            &annotate(done, TIMESTAMP_ANNOTATION, "yesterday"),
+            m
+        ));
+        // Updates stay Gardener's: the reconciler's own status writes must not re-trigger it.
+        assert!(!admit_update(&asked, &asked, m));
     }
 
     #[test]

@@ -225,6 +225,7 @@ mod tests {
                 type_: type_.into(),
                 class: class.map(String::from),
                 provider_config: None,
+                provider_config_error: None,
             },
         );
         e.metadata.namespace = Some(ns.into());

@@ -396,6 +396,7 @@ mod tests {
                 type_: "containerd-shim".into(),
                 class: None,
                 provider_config: None,
+                provider_config_error: None,
             },
         );
         e.metadata.namespace = Some("shoot--p--s".into());

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde::Serialize;
 use tokio::time::Instant;
@@ -109,6 +109,7 @@ async fn create_or_update(
 ) -> Result<bool, Error> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let mrs: Api<ManagedResource> = Api::namespaced(client.clone(), namespace);
+    let current_secret = data.secret_name(name);
     let mut wrote = ensure_secret(&secrets, &data.to_secret(namespace, name)).await?;
 
     for _ in 0..MAX_UPDATE_ATTEMPTS {
@@ -129,7 +130,13 @@ async fn create_or_update(
         // Secrets written by older library versions were neither immutable nor collectable;
         // Gardener labels whatever the ManagedResource references so that GRM's GC takes
         // care of them once they are superseded.
-        for secret in &existing.spec.secret_refs {
+        // The current secret was just read (and labelled if needed) by `ensure_secret`.
+        for secret in existing
+            .spec
+            .secret_refs
+            .iter()
+            .filter(|s| s.name != current_secret)
+        {
             wrote |= label_garbage_collectable(&secrets, namespace, &secret.name).await?;
         }
         let Some(merged) = desired.merge_into(&existing) else {
@@ -284,6 +291,46 @@ pub async fn delete(client: &Client, namespace: &str, name: &str) -> Result<(), 
         Err(e) if is_not_found(&e) => Ok(()),
         Err(e) => Err(Error::api("delete", MANAGED_RESOURCE, namespace, name, e)),
     }
+}
+
+/// Whether `secret` is one of the hash-named secrets of ManagedResource `managed_resource`
+/// (`managedresource-<mr>-<8 hex>`), as [`SecretData::secret_name`] names them.
+pub fn is_secret_of(managed_resource: &str, secret: &str) -> bool {
+    secret
+        .strip_prefix(SECRET_PREFIX)
+        .and_then(|rest| rest.strip_prefix(managed_resource))
+        .and_then(|rest| rest.strip_prefix('-'))
+        .is_some_and(|hash| hash.len() == 8 && hash.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// Deletes what is left of the secrets of ManagedResource `name` once it is gone: the
+/// superseded ones (an older configuration, the install bundle replaced by the uninstall
+/// bundle) that only GRM's garbage collector would otherwise remove, if it runs at all. Call it
+/// only when the ManagedResource no longer exists; then nothing reads them. NotFound is not an
+/// error. Returns how many were deleted.
+pub async fn delete_leftover_secrets(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<usize, Error> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let list = secrets
+        .list_metadata(&ListParams::default().labels(&format!("{GARBAGE_COLLECTABLE_LABEL}=true")))
+        .await
+        .map_err(|e| Error::api("list the secrets of", MANAGED_RESOURCE, namespace, name, e))?;
+    let mut deleted = 0;
+    for secret in list.items {
+        let secret_name = secret.metadata.name.unwrap_or_default();
+        if !is_secret_of(name, &secret_name) {
+            continue;
+        }
+        match secrets.delete(&secret_name, &DeleteParams::default()).await {
+            Ok(_) => deleted += 1,
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(Error::api("delete", SECRET, namespace, &secret_name, e)),
+        }
+    }
+    Ok(deleted)
 }
 
 /// Gardener's `SetKeepObjects`: a merge patch of `spec.keepObjects`; NotFound is not an error.
@@ -538,6 +585,24 @@ mod tests {
         .expect("a long interval must not sleep past the deadline");
         assert_eq!(rounds, 1);
         assert!(Instant::now() >= deadline);
+    }
+
+    #[test]
+    fn only_our_hash_named_secrets_are_ours() {
+        let data = SecretData::from_map(BTreeMap::from([("k".to_string(), b"v".to_vec())]));
+        assert!(is_secret_of("mr", &data.secret_name("mr")));
+        assert!(is_secret_of("mr", "managedresource-mr-0ea7da4f"));
+        for other in [
+            "managedresource-mr",
+            "managedresource-mr-0ea7da4",
+            "managedresource-mr-0ea7da4fx",
+            "managedresource-mr-xyzxyzxy",
+            "managedresource-mr-other-0ea7da4f",
+            "managedresource-mrx-0ea7da4f",
+            "mr-0ea7da4f",
+        ] {
+            assert!(!is_secret_of("mr", other), "{other}");
+        }
     }
 
     #[test]

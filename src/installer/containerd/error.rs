@@ -81,6 +81,16 @@ pub enum ConfigError {
     },
 
     #[error(
+        "{path}: option key {key:?} of runtime {handler} contains `{{{{`, which the \
+         distribution's Go template engine would interpret"
+    )]
+    UnsafeTemplateKey {
+        path: PathBuf,
+        handler: String,
+        key: String,
+    },
+
+    #[error(
         "cannot tell which config version template {template} renders: it declares no `version` \
          and the rendered config {rendered} does not exist yet (start the distribution's agent once)"
     )]

@@ -265,7 +265,11 @@ fn rancher_target(
 fn k0s_target(host: &dyn HostFs, containerd: ContainerdVersion) -> Result<Target, ConfigError> {
     let main = Path::new(K0S_CONFIG);
     let text = read_host(host, main)?.unwrap_or_default();
-    let managed = text.lines().any(|line| line.trim() == K0S_MANAGED_MARKER);
+    // A leading byte-order mark is not part of the first line (found by the fuzz target
+    // `containerd_config`: with it, the marker went unseen until our own edit moved it).
+    let managed = text
+        .lines()
+        .any(|line| line.trim_start_matches('\u{feff}').trim() == K0S_MANAGED_MARKER);
     if !managed {
         // The operator took over the file; k0s neither regenerates it nor merges drop-ins.
         return plain_target(host, Distro::K0s, containerd, main);

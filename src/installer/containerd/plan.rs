@@ -529,6 +529,15 @@ fn edit_template(
         rendered: rendered.to_path_buf(),
     };
     for runtime in runtimes {
+        // Keys are written into the template too (found by the fuzz target `containerd_config`:
+        // an option key with `{{` made a template k3s would execute and we would refuse next).
+        if let Some(key) = runtime.options.keys().find(|k| k.contains("{{")) {
+            return Err(ConfigError::UnsafeTemplateKey {
+                path: path.to_path_buf(),
+                handler: runtime.handler.clone(),
+                key: key.clone(),
+            });
+        }
         for (key, value) in runtime.strings() {
             if value.contains("{{") {
                 return Err(ConfigError::UnsafeTemplateValue {

@@ -557,3 +557,80 @@ fn ownership_survives_the_state_file() {
     uninstall(&mut host, C2, &loaded);
     assert_eq!(main_text(&host), fixture("v2-debian.toml"));
 }
+
+/// Regression (fuzz target `containerd_config`): a config that starts with a byte-order mark
+/// came back without it after install and uninstall.
+#[test]
+fn install_and_uninstall_keep_a_byte_order_mark() {
+    let original = "\u{feff}[plugins.cri.containerd]\n  snapshotter = \"overlayfs\"\n";
+    for containerd in [C1, C2] {
+        let mut host = MemoryHost::new().with(MAIN, original);
+        let plan = install(&mut host, containerd, &[spin()], &Ownership::default());
+        assert!(main_text(&host).starts_with('\u{feff}'), "{containerd:?}");
+        uninstall(&mut host, containerd, &plan.ownership);
+        assert_eq!(main_text(&host), original, "{containerd:?}");
+    }
+}
+
+/// Regression (fuzz target `containerd_config`): a k0s-managed config starting with a
+/// byte-order mark was taken for an operator's file and edited in place; the next run saw the
+/// marker (our edit had moved it to a line of its own) and planned to undo the edit.
+#[test]
+fn a_byte_order_mark_does_not_hide_the_k0s_marker() {
+    const K0S: &str = "/etc/k0s/containerd.toml";
+    let original = format!("\u{feff}{}", fixture("k0s-containerd.toml"));
+    let mut host = MemoryHost::new().with(K0S, original.clone());
+    let target = locate(&host, C1, None).unwrap();
+    assert!(
+        matches!(target.strategy, WriteStrategy::DropIn { .. }),
+        "{target:?}"
+    );
+    let first = install(&mut host, C1, &[spin()], &Ownership::default());
+    assert_eq!(
+        host.files[Path::new(K0S)],
+        original,
+        "k0s' own file is left alone"
+    );
+    let again = try_install_with(&host, C1, &[spin()], &first.ownership);
+    assert!(
+        again.writes.is_empty() && again.deletes.is_empty(),
+        "{again:?}"
+    );
+    uninstall(&mut host, C1, &first.ownership);
+    assert_eq!(host.files[Path::new(K0S)], original);
+}
+
+fn try_install_with(
+    host: &MemoryHost,
+    containerd: ContainerdVersion,
+    runtimes: &[RuntimeEntry],
+    previous: &Ownership,
+) -> Plan {
+    let target = locate(host, containerd, None).unwrap();
+    plan_install(host, &target, runtimes, previous).unwrap()
+}
+
+/// Regression (fuzz target `containerd_config`): an option key with `{{` went into a k3s
+/// template, which k3s would execute and which the next run refused as unsafe.
+#[test]
+fn template_option_keys_with_actions_are_refused() {
+    let rendered = format!("{K3S}/config.toml");
+    let host = MemoryHost::new().with(&rendered, "");
+    let mut templated = spin();
+    templated
+        .options
+        .insert("A{{ .Evil }}".into(), OptionValue::Int(3));
+    let err = try_install(&host, C2, &[templated]).unwrap_err();
+    assert!(
+        matches!(err, ConfigError::UnsafeTemplateKey { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("A{{ .Evil }}"), "{err}");
+    assert!(
+        !host
+            .files
+            .keys()
+            .any(|p| p.to_string_lossy().ends_with(".tmpl")),
+        "nothing written"
+    );
+}

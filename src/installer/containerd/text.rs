@@ -12,6 +12,11 @@ use super::error::ConfigError;
 /// not give back a CRLF file, or a file without a final newline, byte for byte.
 pub(crate) fn render_like(doc: &DocumentMut, original: &str) -> String {
     let mut out = doc.to_string();
+    // toml_edit drops a leading byte-order mark when it parses; put it back (found by the
+    // fuzz target `containerd_config`: install + uninstall lost it).
+    if original.starts_with(BOM) && !out.starts_with(BOM) {
+        out.insert(0, BOM);
+    }
     let crlf = original.contains('\n') && !has_bare_lf(original);
     if crlf {
         out = to_crlf(&out);
@@ -25,6 +30,9 @@ pub(crate) fn render_like(doc: &DocumentMut, original: &str) -> String {
     }
     out
 }
+
+/// U+FEFF at the start of a file: a UTF-8 byte-order mark.
+const BOM: char = '\u{feff}';
 
 fn has_bare_lf(text: &str) -> bool {
     let bytes = text.as_bytes();
@@ -114,6 +122,17 @@ mod tests {
         ] {
             assert_eq!(round_trip(text), text, "{text:?}");
         }
+    }
+
+    #[test]
+    fn keeps_a_byte_order_mark() {
+        for text in ["\u{feff}version = 2\n", "\u{feff}[a]\r\nb = 1", "\u{feff}"] {
+            assert_eq!(round_trip(text), text, "{text:?}");
+        }
+        let text = "\u{feff}a = 1\n";
+        let mut doc: DocumentMut = text.parse().unwrap();
+        doc["b"] = toml_edit::value(2);
+        assert_eq!(render_like(&doc, text), "\u{feff}a = 1\nb = 2\n");
     }
 
     #[test]

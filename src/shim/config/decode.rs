@@ -35,7 +35,7 @@ pub fn decode(provider_config: Option<&Value>) -> Result<ContainerdShimConfig, C
         Some(value) => value,
     };
     let root = FieldPath::root();
-    check_bounds(value, &root, 0).map_err(ConfigError::single)?;
+    check_bounds(value, &root, 0, false).map_err(ConfigError::single)?;
     check_size(value).map_err(ConfigError::single)?;
     let Value::Object(map) = value else {
         return Err(ConfigError::single(FieldError::new(
@@ -68,10 +68,65 @@ pub fn decode(provider_config: Option<&Value>) -> Result<ContainerdShimConfig, C
     if !errors.is_empty() {
         return Err(ConfigError { errors });
     }
-    serde_path_to_error::deserialize(value).map_err(|err| {
+    let config: ContainerdShimConfig = serde_path_to_error::deserialize(value).map_err(|err| {
         let path = serde_path(err.path());
         ConfigError::single(FieldError::new(&path, err.inner().to_string()))
-    })
+    })?;
+    // serde fills a struct from a list too, by position (`"runtimeClass": ["x"]` would set the
+    // first field): a list where the API has an object is an error, not a guess.
+    let decoded = serde_json::to_value(&config).unwrap_or(Value::Null);
+    list_for_object(value, &decoded, &root, false).map_err(ConfigError::single)?;
+    Ok(config)
+}
+
+/// The first place where the input holds a list and the decoded config an object.
+fn list_for_object(
+    input: &Value,
+    decoded: &Value,
+    path: &FieldPath,
+    in_map: bool,
+) -> Result<(), FieldError> {
+    match (input, decoded) {
+        (Value::Array(_), Value::Object(_)) => Err(FieldError::new(
+            path,
+            "expected an object, got a list".to_string(),
+        )),
+        (Value::Array(items), Value::Array(decoded_items)) => {
+            for (i, (item, decoded_item)) in items.iter().zip(decoded_items).enumerate() {
+                list_for_object(item, decoded_item, &path.index(i), false)?;
+            }
+            Ok(())
+        }
+        (Value::Object(map), Value::Object(decoded_map)) => {
+            for (key, item) in map {
+                let Some(decoded_item) = decoded_map.get(key) else {
+                    continue;
+                };
+                let (child, is_map) = if in_map {
+                    (path.key(key), false)
+                } else {
+                    (path.child(key), MAP_FIELDS.contains(&key.as_str()))
+                };
+                list_for_object(item, decoded_item, &child, is_map)?;
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The error for a providerConfig that could not be parsed into a value at all (see
+/// `ExtensionSpec::provider_config_error`): in practice, nesting deeper than the JSON decoder's
+/// recursion limit.
+pub fn undecodable(reason: &str) -> ConfigError {
+    let detail = if reason.contains("recursion limit") {
+        format!(
+            "nesting exceeds the limit of {MAX_DEPTH} levels by far; it cannot be decoded ({reason})"
+        )
+    } else {
+        format!("cannot be decoded: {reason}")
+    };
+    ConfigError::single(FieldError::new(&FieldPath::root(), detail))
 }
 
 /// Decodes a providerConfig written as YAML (example files, the offline `render` command).
@@ -116,7 +171,13 @@ fn serde_path(path: &serde_path_to_error::Path) -> FieldPath {
 }
 
 /// Depth, string length, list length and object size, walking no deeper than allowed.
-fn check_bounds(value: &Value, path: &FieldPath, depth: usize) -> Result<(), FieldError> {
+/// `in_map`: `value` is the value of one of [`MAP_FIELDS`], whose keys are the user's.
+fn check_bounds(
+    value: &Value,
+    path: &FieldPath,
+    depth: usize,
+    in_map: bool,
+) -> Result<(), FieldError> {
     if depth > MAX_DEPTH {
         return Err(FieldError::new(
             path,
@@ -147,7 +208,7 @@ fn check_bounds(value: &Value, path: &FieldPath, depth: usize) -> Result<(), Fie
                 ));
             }
             for (i, item) in items.iter().enumerate() {
-                check_bounds(item, &path.index(i), depth + 1)?;
+                check_bounds(item, &path.index(i), depth + 1, false)?;
             }
         }
         Value::Object(map) => {
@@ -164,7 +225,12 @@ fn check_bounds(value: &Value, path: &FieldPath, depth: usize) -> Result<(), Fie
                         format!("key {} is too long", quote(key)),
                     ));
                 }
-                check_bounds(item, &path.child(key), depth + 1)?;
+                let (child, is_map) = if in_map {
+                    (path.key(key), false)
+                } else {
+                    (path.child(key), MAP_FIELDS.contains(&key.as_str()))
+                };
+                check_bounds(item, &child, depth + 1, is_map)?;
             }
         }
         Value::Null | Value::Bool(_) | Value::Number(_) => {}
@@ -341,6 +407,77 @@ mod tests {
         assert!(
             text.contains("larger than the limit of 65536 bytes"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn a_list_where_an_object_belongs_is_rejected() {
+        // serde alone would take these, filling the struct by position.
+        let text = message(with("shims", json!([{"name": "spin", "runtimeClass": []}])));
+        assert!(
+            text.contains("providerConfig.shims[0].runtimeClass: expected an object, got a list"),
+            "{text}"
+        );
+        let text = message(with(
+            "shims",
+            json!([{"name": "spin", "runtimeClass": ["my-handler"]}]),
+        ));
+        assert!(
+            text.contains("providerConfig.shims[0].runtimeClass"),
+            "{text}"
+        );
+        let text = message(with("rollout", json!([3])));
+        assert!(
+            text.contains("providerConfig.rollout: expected an object"),
+            "{text}"
+        );
+        let text = message(with("shims", json!([["spin"]])));
+        assert!(text.contains("providerConfig.shims[0]"), "{text}");
+        // Lists where the API has lists stay fine.
+        let ok = with(
+            "shims",
+            json!([{"name": "spin", "workerPools": ["a"], "podAnnotations": ["x/*"]}]),
+        );
+        assert!(decode(Some(&ok)).is_ok());
+    }
+
+    #[test]
+    fn bounds_errors_write_map_keys_like_decoding_errors() {
+        let text = message(with(
+            "shims",
+            json!([{"name": "spin", "options": {"SystemdCgroup": "y".repeat(5000)}}]),
+        ));
+        assert!(
+            text.contains("providerConfig.shims[0].options[SystemdCgroup]"),
+            "{text}"
+        );
+        let text = message(with(
+            "shims",
+            json!([{"name": "spin", "nodeSelector": {"example.com/x": "y".repeat(5000)}}]),
+        ));
+        assert!(
+            text.contains("providerConfig.shims[0].nodeSelector[example.com/x]"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn an_undecodable_provider_config_is_a_configuration_problem() {
+        use crate::gardener::error_codes::CodedError;
+        let err = undecodable("recursion limit exceeded at line 1 column 1053");
+        let text = err.to_string();
+        assert!(
+            text.contains("providerConfig: nesting exceeds the limit"),
+            "{text}"
+        );
+        assert_eq!(
+            err.codes(),
+            vec![crate::gardener::api::common::ErrorCode::ConfigurationProblem]
+        );
+        assert!(
+            undecodable("eof")
+                .to_string()
+                .contains("cannot be decoded: eof")
         );
     }
 

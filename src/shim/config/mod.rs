@@ -42,6 +42,7 @@ pub use types::{API_VERSION, ContainerdShimConfig, KIND};
 pub use validate::ValidatedConfig;
 
 use crate::gardener::api::cluster::Shoot;
+use crate::gardener::api::extension::ExtensionSpec;
 
 /// Decodes and validates a providerConfig in one step: what the actuator calls before
 /// rendering anything.
@@ -52,4 +53,18 @@ pub fn load(
 ) -> Result<ValidatedConfig, ConfigError> {
     let config = decode::decode(provider_config)?;
     validate::validate(&config, catalog, shoot)
+}
+
+/// [`load`] for an Extension's spec. A providerConfig the client could not even turn into a
+/// value (nested deeper than the JSON decoder allows) is the shoot owner's to fix, like any
+/// other invalid configuration.
+pub fn load_spec(
+    spec: &ExtensionSpec,
+    catalog: &Catalog,
+    shoot: &Shoot,
+) -> Result<ValidatedConfig, ConfigError> {
+    if let Some(error) = &spec.provider_config_error {
+        return Err(decode::undecodable(error));
+    }
+    load(spec.provider_config.as_ref(), catalog, shoot)
 }

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# `make bench`: the fleet benchmark (test/bench/fleet.rs) on a fresh control plane of its own.
+# Not part of `make test` or CI: it prints figures and writes .local/bench/fleet-<time>.json,
+# and asserts nothing about time. Knobs: FLEET_SIZES (default 10,100,500),
+# FLEET_RESYNC_SECONDS (default 20).
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+
+hack/tools/build.sh
+set -a
+source <(hack/tools/env.sh)
+set +a
+
+echo "==> fleet benchmark (release build of the controller, fresh control plane)" >&2
+hack/control-plane.sh run --dir "$repo/.local/bench-control-plane" -- \
+  cargo bench --locked --bench fleet
+
+# Node-installer micro-benchmark: reserved. The installer is being finished separately; its
+# benchmark (plan/apply timings per containerd layout) goes here and into docs/performance.md.
+echo "==> node-installer micro-benchmark: not yet available (see docs/performance.md)" >&2
