@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `make bench`: the fleet benchmark (test/bench/fleet.rs) on a fresh control plane of its own.
+# `make bench`: the fleet benchmark (test/bench/fleet.rs) on a fresh control plane of its own,
+# then the node-installer micro-benchmark (test/bench/installer.rs).
 # Not part of `make test` or CI: it prints figures and writes .local/bench/fleet-<time>.json,
 # and asserts nothing about time. Knobs: FLEET_SIZES (default 10,100,500),
 # FLEET_RESYNC_SECONDS (default 20).
@@ -16,6 +17,5 @@ echo "==> fleet benchmark (release build of the controller, fresh control plane)
 hack/control-plane.sh run --dir "$repo/.local/bench-control-plane" -- \
   cargo bench --locked --bench fleet
 
-# Node-installer micro-benchmark: reserved. The installer is being finished separately; its
-# benchmark (plan/apply timings per containerd layout) goes here and into docs/performance.md.
-echo "==> node-installer micro-benchmark: not yet available (see docs/performance.md)" >&2
+echo "==> node-installer micro-benchmark (temporary host root, real containerd binaries)" >&2
+cargo bench --locked --bench installer
