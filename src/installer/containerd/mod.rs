@@ -50,6 +50,7 @@ mod plan;
 mod runtime;
 mod style;
 mod text;
+mod toml_value;
 
 #[cfg(test)]
 mod golden_tests;

@@ -56,6 +56,12 @@ pub struct OwnedFile {
     /// We created the `imports` key itself (remove it when our entries were its only ones).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub created_imports: bool,
+    /// The file as it was before we first changed it (for files we edit but did not create).
+    /// When removing our keys leaves a document that means the same as this one, uninstall
+    /// writes these exact bytes: the structured edit cannot keep every file's spelling (one key
+    /// quoted two ways in two table headers comes out in one spelling).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original: Option<String>,
 }
 
 /// Our keys in one handler's table.
@@ -103,6 +109,9 @@ impl Ownership {
             };
             mine.created |= theirs.created;
             mine.created_imports |= theirs.created_imports;
+            if mine.original.is_none() {
+                mine.original = theirs.original.clone();
+            }
             for handler in &theirs.handlers {
                 match mine
                     .handlers
@@ -152,6 +161,7 @@ impl OwnedFile {
             created_tables: Vec::new(),
             imports: Vec::new(),
             created_imports: false,
+            original: None,
         }
     }
 

@@ -24,7 +24,7 @@ use toml_edit::{DocumentMut, Item};
 use super::config_version::{ConfigVersion, parse_toml};
 use super::daemon_version::ContainerdVersion;
 use super::dump::ExpectedRuntime;
-use super::edit::{RuntimeEdit, reconcile_runtimes, remove_owned};
+use super::edit::{RuntimeEdit, reconcile_runtimes, remove_owned, table_at};
 use super::error::ConfigError;
 use super::host::{HostFs, read_host};
 use super::imports::{covered_drop_in, ensure_import, imports_exactly, imports_of};
@@ -211,6 +211,18 @@ pub fn plan_install(
             }
         }
     };
+
+    for outcome in &mut outcomes {
+        let before_us = previous.file(&outcome.path);
+        remember_original(outcome, before_us);
+        // A plan that takes the last of ours out of a file uninstalls that file: the same
+        // exact-bytes rule as an uninstall applies.
+        if outcome.owned.is_empty()
+            && let (Some(before_us), Some(after)) = (before_us, outcome.after.take())
+        {
+            outcome.after = Some(prefer_original(before_us, after));
+        }
+    }
 
     let present = runtimes
         .iter()
@@ -601,12 +613,78 @@ fn edit_template(
 /// Removes everything a record claims from its file. Files we created as a whole (drop-ins,
 /// templates) are deleted; a config file we created is deleted once nothing but its `version`
 /// is left in it.
+/// Records on an edited file what it was before we first changed it: carried over from the
+/// previous record, or taken now when we own nothing in the file yet and it holds none of our
+/// handler tables (after a lost state file, adopted tables mean nobody knows its pre-us bytes).
+fn remember_original(outcome: &mut FileOutcome, previous: Option<&OwnedFile>) {
+    if outcome.owned.created {
+        return;
+    }
+    outcome.owned.original = match previous {
+        Some(p) if !p.is_empty() => p.original.clone(),
+        _ => outcome
+            .before
+            .clone()
+            .filter(|text| !holds_any_handler(text, &outcome.owned)),
+    };
+}
+
+/// The bytes uninstall writes: the recorded original when it means exactly what removing our
+/// keys produced (nobody else changed the file's content since), else the structured result.
+fn prefer_original(owned: &OwnedFile, removed: String) -> String {
+    match &owned.original {
+        Some(original) if same_document(&owned.role, &owned.path, original, &removed) => {
+            original.clone()
+        }
+        _ => removed,
+    }
+}
+
+/// Whether two versions of a file mean the same: equal TOML values (formatting, comments and
+/// key spelling aside) and, for templates, equal template headers.
+fn same_document(role: &FileRole, path: &Path, a: &str, b: &str) -> bool {
+    let (a, b) = match role {
+        FileRole::Template { .. } => match (split_template(path, a), split_template(path, b)) {
+            (Ok(a), Ok(b)) if a.header == b.header => (a.body.to_string(), b.body.to_string()),
+            _ => return false,
+        },
+        _ => (a.to_string(), b.to_string()),
+    };
+    match (
+        a.parse::<toml_edit::DocumentMut>(),
+        b.parse::<toml_edit::DocumentMut>(),
+    ) {
+        (Ok(a), Ok(b)) => super::toml_value::same_table(a.as_table(), b.as_table()),
+        _ => false,
+    }
+}
+
+/// Whether `text` (a TOML document, possibly a template body) contains one of the handler tables
+/// of `owned`. Unparsable text counts as holding them: then no original is recorded.
+fn holds_any_handler(text: &str, owned: &OwnedFile) -> bool {
+    let body = match &owned.role {
+        FileRole::Template { .. } => match split_template(&owned.path, text) {
+            Ok(parts) => parts.body.to_string(),
+            Err(_) => return true,
+        },
+        _ => text.to_string(),
+    };
+    let Ok(doc) = body.parse::<toml_edit::DocumentMut>() else {
+        return true;
+    };
+    owned
+        .handlers
+        .iter()
+        .any(|h| table_at(doc.as_table(), &h.table).is_some())
+}
+
 fn remove_from(host: &dyn HostFs, owned: &OwnedFile) -> Result<FileOutcome, ConfigError> {
     let path = owned.path.as_path();
     let before = read_host(host, path)?;
     let Some(text) = before.clone() else {
         return Ok(unchanged(path, owned.role.clone(), None));
     };
+
     let gone = |before| FileOutcome {
         path: path.to_path_buf(),
         role: owned.role.clone(),
@@ -624,7 +702,7 @@ fn remove_from(host: &dyn HostFs, owned: &OwnedFile) -> Result<FileOutcome, Conf
             } else {
                 text.clone()
             };
-            Ok(finished(path, owned, before, after))
+            Ok(finished(path, owned, before, prefer_original(owned, after)))
         }
         _ => {
             let mut doc = parse_toml(path, &text)?;
@@ -637,7 +715,7 @@ fn remove_from(host: &dyn HostFs, owned: &OwnedFile) -> Result<FileOutcome, Conf
             } else {
                 text.clone()
             };
-            Ok(finished(path, owned, before, after))
+            Ok(finished(path, owned, before, prefer_original(owned, after)))
         }
     }
 }

@@ -104,6 +104,45 @@ fn drift_removed_table_is_put_back() {
 }
 
 #[test]
+fn installing_an_empty_set_gives_back_the_exact_bytes_too() {
+    // Found by fuzzing: a whitespace-only file with mixed line endings lost its CR when the
+    // last shim was removed through an install of the empty set.
+    let original = "\t\r\n\n";
+    let mut host = MemoryHost::new().with(MAIN, original);
+    let first = install(&mut host, C1, &[spin()], &Ownership::default());
+    let emptied = install(&mut host, C1, &[], &first.ownership);
+    assert!(emptied.ownership.is_empty());
+    assert_eq!(main_text(&host), original);
+}
+
+#[test]
+fn uninstall_after_a_foreign_change_removes_only_our_keys() {
+    let original = fixture("v2-gardener.toml");
+    let mut host = MemoryHost::new().with(MAIN, original.clone());
+    let first = install(&mut host, C1, &[spin()], &Ownership::default());
+    // Someone changes a value of theirs after our install: uninstall must keep it, so the
+    // recorded original (which no longer means the same) is not written back.
+    let changed = main_text(&host).replace("sandbox_image", "#sandbox_image");
+    assert_ne!(changed, main_text(&host), "the fixture has a sandbox_image");
+    host.files.insert(MAIN.into(), changed);
+    uninstall(&mut host, C1, &first.ownership);
+    assert!(main_text(&host).contains("#sandbox_image"));
+    assert!(!main_text(&host).contains("spin"));
+}
+
+#[test]
+fn uninstall_gives_back_the_exact_bytes_of_a_file_nobody_else_changed() {
+    // One key spelled with two quote styles: the structured edit writes it in one style, so
+    // only the recorded original gives the file back byte for byte.
+    let original = "version = 2\n\n[plugins.'io.containerd.grpc.v1.cri']\n  sandbox_image = \"pause\"\n\n[plugins.\"io.containerd.grpc.v1.cri\".registry]\n  config_path = \"/etc/containerd/certs.d\"\n";
+    let mut host = MemoryHost::new().with(MAIN, original);
+    let first = install(&mut host, C1, &[spin()], &Ownership::default());
+    let second = install(&mut host, C1, &[spin(), gvisor()], &first.ownership);
+    uninstall(&mut host, C1, &second.ownership);
+    assert_eq!(main_text(&host), original);
+}
+
+#[test]
 fn drift_changed_values_are_restored_keeping_comments() {
     let mut host = MemoryHost::new().with(MAIN, fixture("v2-nvidia.toml"));
     let first = install(&mut host, C1, &[spin()], &Ownership::default());
