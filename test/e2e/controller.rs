@@ -10,21 +10,13 @@ use serde_json::json;
 
 use gardener_extension_containerd_shim::gardener::api::{Cluster, ConditionStatus, Extension};
 
-use crate::support::process::Replica;
+use crate::support::process;
 use crate::support::{self, gardenlet, nodes, objects, poll};
 
 #[tokio::test]
 async fn the_binary_converges_an_extension_and_reports_its_health() {
     let c = support::Clusters::connect().await;
-    let system = support::unique_name("extension-containerd-shim");
-    support::create_namespace(&c.seed, &system, &[]).await;
-    let controller = Replica::spawn(
-        "controller",
-        &c.env.seed_kubeconfig,
-        &system,
-        &["--healthcheck-period=2s"],
-    );
-    controller.wait_ready().await;
+    let controller = process::start_controller(&c, &["--healthcheck-period=2s"]).await;
 
     let ns = support::create_shoot_namespace(&c.seed, "e2e").await;
     Api::<Cluster>::all(c.seed.clone())

@@ -15,7 +15,7 @@ use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
-use crate::support::process::{Replica, free_port};
+use crate::support::process::{self, Replica, free_port};
 use crate::support::{self, gardenlet, objects, poll};
 
 const EXTENSION: &str = "containerd-shim";
@@ -401,15 +401,7 @@ async fn the_controller_recovers_from_a_seed_apiserver_restart() {
 #[tokio::test]
 async fn concurrent_writers_lose_no_update() {
     let c = support::Clusters::connect().await;
-    let system = support::unique_name("extension-containerd-shim");
-    support::create_namespace(&c.seed, &system, &[]).await;
-    let controller = Replica::spawn(
-        "controller",
-        &c.env.seed_kubeconfig,
-        &system,
-        &["--healthcheck-period=1s"],
-    );
-    controller.wait_ready().await;
+    let controller = process::start_controller(&c, &["--healthcheck-period=1s"]).await;
     let ns = shoot_with_extension(&c.seed, "writers").await;
     let api: Api<Extension> = Api::namespaced(c.seed.clone(), &ns);
     let ts = gardenlet::request_reconcile(&api, EXTENSION).await;

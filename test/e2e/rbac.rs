@@ -7,13 +7,11 @@
 use std::collections::BTreeSet;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
-use std::time::Duration;
 
 use gardener_extension_containerd_shim::gardener::api::{
     Cluster, ConditionStatus, Extension, ManagedResource, OperationState, OperationType,
 };
-use gardener_extension_containerd_shim::gardener::managed_resource;
-use gardener_extension_containerd_shim::shim::actuator::{MANAGED_RESOURCE, ORIGIN};
+use gardener_extension_containerd_shim::shim::actuator::MANAGED_RESOURCE;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
@@ -360,29 +358,7 @@ async fn wait_runtime_class(shoot: &Client, name: &str) {
 /// watch them and their bundles would share the shoot objects with ours. Remove them (as
 /// admin, without a controller).
 async fn remove_other_extensions(seed: &Client) {
-    let mrs: Api<ManagedResource> = Api::all(seed.clone());
-    let leftovers = mrs
-        .list(&ListParams::default().labels(&format!("origin={ORIGIN}")))
-        .await
-        .expect("list ManagedResources");
-    for mr in leftovers {
-        let ns = mr.namespace().unwrap_or_default();
-        managed_resource::set_keep_objects(seed, &ns, &mr.name_any(), false)
-            .await
-            .expect("keepObjects=false");
-        managed_resource::delete(seed, &ns, &mr.name_any())
-            .await
-            .expect("delete a leftover ManagedResource");
-        managed_resource::wait_until_deleted(
-            seed,
-            &ns,
-            &mr.name_any(),
-            managed_resource::Wait::new(poll::DEFAULT_TIMEOUT)
-                .with_interval(Duration::from_millis(200)),
-        )
-        .await
-        .expect("leftover ManagedResource deleted");
-    }
+    crate::support::bundles::remove_shim_bundles(seed).await;
     let extensions: Api<Extension> = Api::all(seed.clone());
     for ext in extensions
         .list(&ListParams::default())

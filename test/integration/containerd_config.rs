@@ -18,7 +18,7 @@ use gardener_extension_containerd_shim::installer::containerd::{
 };
 use toml_edit::DocumentMut;
 
-const PROVIDE: &str = "run `make tools` (or `hack/tools/build.sh containerd containerd1`)";
+use crate::support::installer::containerd;
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -26,61 +26,6 @@ fn repo() -> &'static Path {
 
 fn fixtures() -> PathBuf {
     repo().join("test/fixtures/containerd")
-}
-
-/// The containerd 2.x version the tool build pins.
-fn pinned_containerd2() -> String {
-    let path = repo().join("hack/tools/versions.env");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|err| panic!("cannot read {}: {err}", path.display()));
-    text.lines()
-        .find_map(|line| line.trim().strip_prefix("CONTAINERD_VERSION="))
-        .map(|v| v.trim().trim_matches('"').to_string())
-        .unwrap_or_else(|| panic!("{} has no CONTAINERD_VERSION", path.display()))
-}
-
-fn tools_cache() -> PathBuf {
-    if let Some(dir) = std::env::var_os("CONTAINERD_SHIM_TOOLS_CACHE") {
-        return PathBuf::from(dir);
-    }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".cache")))
-        .expect("neither XDG_CACHE_HOME nor HOME is set");
-    cache.join("gardener-extension-containerd-shim/tools")
-}
-
-/// The binary for a containerd major, checked to exist and to be that major.
-fn containerd(major: u64) -> PathBuf {
-    let (variable, default) = match major {
-        1 => ("CONTAINERD1_BIN", PathBuf::from("/usr/bin/containerd")),
-        2 => (
-            "CONTAINERD2_BIN",
-            tools_cache()
-                .join(format!("containerd-{}", pinned_containerd2()))
-                .join("containerd"),
-        ),
-        other => panic!("no containerd {other}.x binary is configured"),
-    };
-    let path = std::env::var_os(variable).map_or(default, PathBuf::from);
-    assert!(
-        path.is_file(),
-        "containerd {major}.x is missing at {} (set {variable}, or {PROVIDE})",
-        path.display()
-    );
-    let output = Command::new(&path)
-        .arg("--version")
-        .output()
-        .unwrap_or_else(|err| panic!("cannot run {} --version: {err}", path.display()));
-    let version = ContainerdVersion::parse(&String::from_utf8_lossy(&output.stdout))
-        .unwrap_or_else(|err| panic!("{}: {err}", path.display()));
-    assert_eq!(
-        version.major,
-        major,
-        "{} is containerd {version}",
-        path.display()
-    );
-    path
 }
 
 fn dump(binary: &Path, config: &Path) -> DumpOutput {

@@ -49,29 +49,7 @@ struct Fixture {
 /// Removes what earlier tests may have left in the shoot: their ManagedResources (which would
 /// fight ours over the same objects) and simulated nodes.
 async fn clean_shoot(seed: &Client, shoot: &Client) {
-    let mrs: Api<ManagedResource> = Api::all(seed.clone());
-    let leftovers = mrs
-        .list(&ListParams::default().labels(&format!("origin={ORIGIN}")))
-        .await
-        .expect("list MRs");
-    for mr in leftovers {
-        let ns = mr.namespace().unwrap_or_default();
-        managed_resource::set_keep_objects(seed, &ns, &mr.name_any(), false)
-            .await
-            .expect("keepObjects=false");
-        managed_resource::delete(seed, &ns, &mr.name_any())
-            .await
-            .expect("delete leftover MR");
-        managed_resource::wait_until_deleted(
-            seed,
-            &ns,
-            &mr.name_any(),
-            managed_resource::Wait::new(poll::DEFAULT_TIMEOUT)
-                .with_interval(Duration::from_millis(200)),
-        )
-        .await
-        .expect("leftover MR deleted");
-    }
+    crate::support::bundles::remove_shim_bundles(seed).await;
     nodes::delete_simulated_nodes(shoot).await;
 }
 

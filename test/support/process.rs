@@ -211,3 +211,13 @@ impl Drop for Replica {
         }
     }
 }
+
+/// Starts the controller binary as the seed's admin in a fresh "release" namespace (its
+/// leader-election and heartbeat Leases live there) and waits until it is ready.
+pub async fn start_controller(clusters: &super::Clusters, extra: &[&str]) -> Replica {
+    let system = super::unique_name("extension-containerd-shim");
+    super::create_namespace(&clusters.seed, &system, &[]).await;
+    let controller = Replica::spawn("controller", &clusters.env.seed_kubeconfig, &system, extra);
+    controller.wait_ready().await;
+    controller
+}
