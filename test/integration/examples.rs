@@ -22,8 +22,11 @@ fn read(path: &str) -> String {
     std::fs::read_to_string(repo(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
+/// Through a JSON value, as the offline renderer does: the API types hold raw JSON fields.
 fn yaml<T: serde::de::DeserializeOwned>(path: &str) -> T {
-    serde_saphyr::from_str(&read(path)).unwrap_or_else(|e| panic!("{path} does not decode: {e}"))
+    let value: Value =
+        serde_saphyr::from_str(&read(path)).unwrap_or_else(|e| panic!("{path} is not YAML: {e}"));
+    serde_json::from_value(value).unwrap_or_else(|e| panic!("{path} does not decode: {e}"))
 }
 
 /// Every YAML file under example/, relative to the repository.
