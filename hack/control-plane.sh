@@ -29,6 +29,9 @@ while [[ $# -gt 0 ]]; do
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
+# Kubeconfigs name files by absolute path, and the processes run from other directories.
+mkdir -p "$dir"
+dir="$(cd "$dir" && pwd)"
 
 log() { printf '[control-plane %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }

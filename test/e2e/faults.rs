@@ -214,7 +214,26 @@ async fn the_fleet_survives_sigkill_at_random_moments() {
     // its own API server). Those tests are finished: GRM is told to ignore their bundles.
     park_foreign_managed_resources(&c.seed, &namespaces).await;
 
-    // gardenlet deletes them all: every deletion completes and nothing is orphaned.
+    // gardenlet deletes the shoots, and with them their Extensions: every deletion completes
+    // and nothing is orphaned. A deleted Shoot skips the uninstall (its nodes go away); the
+    // uninstall itself is not for this test: here all 50 bundles are the same objects of one
+    // shoot API server, so the uninstall of one would take away what the other 49 report
+    // healthy, a fight no seed can have. test/integration/shim_lifecycle.rs covers it.
+    let deleted_at = jiff::Timestamp::now().to_string();
+    futures::stream::iter(namespaces.iter().cloned())
+        .map(|ns| {
+            let clusters: Api<Cluster> = Api::all(c.seed.clone());
+            let patch = json!({"spec": {"shoot": {"metadata": {"deletionTimestamp": deleted_at}}}});
+            async move {
+                clusters
+                    .patch(&ns, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .unwrap_or_else(|e| panic!("mark the Shoot of {ns} deleted: {e}"));
+            }
+        })
+        .buffer_unordered(10)
+        .collect::<Vec<()>>()
+        .await;
     futures::stream::iter(namespaces.iter().cloned())
         .map(|ns| {
             let api: Api<Extension> = Api::namespaced(c.seed.clone(), &ns);
