@@ -335,10 +335,15 @@ async fn a_paused_leader_that_was_replaced_exits_when_it_resumes() {
     );
     let logs = replicas[leader_index].logs();
     assert!(logs.contains("leader election lost"), "{logs}");
-    assert_eq!(
-        replicas[1 - leader_index].metric(LEADER_SERIES).await,
-        Ok(1.0)
-    );
+    // The Lease names the new holder a moment before that process sets its gauge.
+    let new_leader = &replicas[1 - leader_index];
+    poll::until("the new leader's gauge", poll::DEFAULT_TIMEOUT, || async {
+        match new_leader.metric(LEADER_SERIES).await? {
+            gauge if gauge == 1.0 => Ok(()),
+            gauge => Err(format!("gauge is {gauge}")),
+        }
+    })
+    .await;
 }
 
 /// A kubeconfig that parses but points nowhere: start-up errors must come before any API call.
