@@ -338,9 +338,11 @@ async fn a_paused_leader_that_was_replaced_exits_when_it_resumes() {
     // The Lease names the new holder a moment before that process sets its gauge.
     let new_leader = &replicas[1 - leader_index];
     poll::until("the new leader's gauge", poll::DEFAULT_TIMEOUT, || async {
-        match new_leader.metric(LEADER_SERIES).await? {
-            gauge if gauge == 1.0 => Ok(()),
-            gauge => Err(format!("gauge is {gauge}")),
+        let gauge = new_leader.metric(LEADER_SERIES).await?;
+        if gauge == 1.0 {
+            Ok(())
+        } else {
+            Err(format!("gauge is {gauge}"))
         }
     })
     .await;
