@@ -16,6 +16,8 @@ use crate::support::{self, gardenlet, nodes, objects, poll};
 #[tokio::test]
 async fn the_binary_converges_an_extension_and_reports_its_health() {
     let c = support::Clusters::connect().await;
+    // Bundles of earlier tests would share the shoot objects with ours.
+    support::bundles::remove_leftovers(&c.seed, &c.shoot).await;
     let controller = process::start_controller(&c, &["--healthcheck-period=2s"]).await;
 
     let ns = support::create_shoot_namespace(&c.seed, "e2e").await;

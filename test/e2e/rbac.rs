@@ -43,7 +43,9 @@ fn config(shims: Value) -> Value {
 #[tokio::test]
 async fn the_charts_rbac_grants_exactly_what_the_controller_uses() {
     let c = support::Clusters::connect().await;
-    remove_other_extensions(&c.seed).await;
+    // Earlier tests leave Extensions behind, which the binary would watch, and bundles that
+    // share the shoot objects with ours.
+    crate::support::bundles::remove_leftovers(&c.seed, &c.shoot).await;
 
     // The chart, rendered for a release namespace of this test.
     let release_ns = support::unique_name("extension-containerd-shim");
@@ -352,34 +354,6 @@ async fn wait_runtime_class(shoot: &Client, name: &str) {
         },
     )
     .await;
-}
-
-/// Earlier tests of this crate leave Extensions and ManagedResources behind; the binary would
-/// watch them and their bundles would share the shoot objects with ours. Remove them (as
-/// admin, without a controller).
-async fn remove_other_extensions(seed: &Client) {
-    crate::support::bundles::remove_shim_bundles(seed).await;
-    let extensions: Api<Extension> = Api::all(seed.clone());
-    for ext in extensions
-        .list(&ListParams::default())
-        .await
-        .expect("list Extensions")
-    {
-        let api: Api<Extension> =
-            Api::namespaced(seed.clone(), &ext.namespace().unwrap_or_default());
-        api.patch(
-            &ext.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-        )
-        .await
-        .expect("remove the finalizers of a leftover Extension");
-        match api.delete(&ext.name_any(), &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => panic!("deleting a leftover Extension: {e}"),
-        }
-    }
 }
 
 /// The RBAC objects this test created; deleted at the end.

@@ -1,25 +1,28 @@
-//! Removing the shim bundles that earlier tests left behind: every test applies its bundle into
+//! Removing the shim bundles (and Extensions and nodes) that earlier tests left behind: every test applies its bundle into
 //! the one shoot API server, and two ManagedResources would fight over the same shoot objects.
 
 use std::time::Duration;
 
-use gardener_extension_containerd_shim::gardener::api::ManagedResource;
+use gardener_extension_containerd_shim::gardener::api::{Extension, ManagedResource};
 use gardener_extension_containerd_shim::gardener::managed_resource;
 use gardener_extension_containerd_shim::shim::actuator::ORIGIN;
-use kube::api::ListParams;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 
-use super::poll;
+use serde_json::json;
+
+use super::{nodes, poll};
 
 /// Deletes every ManagedResource of this extension in the seed (with its shoot objects) and
-/// waits until gardener-resource-manager has removed each.
+/// waits until gardener-resource-manager has removed each. All are deleted before the first
+/// wait: one still alive would re-create the shoot objects the others are deleting.
 pub async fn remove_shim_bundles(seed: &Client) {
     let mrs: Api<ManagedResource> = Api::all(seed.clone());
     let leftovers = mrs
         .list(&ListParams::default().labels(&format!("origin={ORIGIN}")))
         .await
         .expect("list ManagedResources");
-    for mr in leftovers {
+    for mr in &leftovers {
         let ns = mr.namespace().unwrap_or_default();
         managed_resource::set_keep_objects(seed, &ns, &mr.name_any(), false)
             .await
@@ -27,6 +30,9 @@ pub async fn remove_shim_bundles(seed: &Client) {
         managed_resource::delete(seed, &ns, &mr.name_any())
             .await
             .expect("delete a leftover ManagedResource");
+    }
+    for mr in &leftovers {
+        let ns = mr.namespace().unwrap_or_default();
         managed_resource::wait_until_deleted(
             seed,
             &ns,
@@ -37,4 +43,38 @@ pub async fn remove_shim_bundles(seed: &Client) {
         .await
         .expect("leftover ManagedResource deleted");
     }
+}
+
+/// Everything earlier tests on this control plane left behind that would share the shoot with
+/// the next test: Extensions (removed as admin, without a controller, so that no controller
+/// of the next test acts on them), their bundles and the simulated nodes.
+pub async fn remove_leftovers(seed: &Client, shoot: &Client) {
+    let extensions: Api<Extension> = Api::all(seed.clone());
+    for ext in extensions
+        .list(&ListParams::default())
+        .await
+        .expect("list Extensions")
+    {
+        let api: Api<Extension> =
+            Api::namespaced(seed.clone(), &ext.namespace().unwrap_or_default());
+        match api
+            .patch(
+                &ext.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+            )
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => continue,
+            Err(e) => panic!("removing the finalizers of a leftover Extension: {e}"),
+        }
+        match api.delete(&ext.name_any(), &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => panic!("deleting a leftover Extension: {e}"),
+        }
+    }
+    remove_shim_bundles(seed).await;
+    nodes::delete_simulated_nodes(shoot).await;
 }
