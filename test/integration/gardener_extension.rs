@@ -548,6 +548,33 @@ async fn t3c_a_failed_migration_is_retried_without_the_annotation() {
         .wait_state("ext", OperationType::Migrate, OperationState::Error)
         .await;
     assert!(has_annotation(&failed), "migrate stays until success");
+    // The retries back off (client-go's 5 ms doubling): neither the annotation that stays nor
+    // the Error status each attempt writes may turn them into a tight loop. Every migrate call
+    // so far failed, so the call after the n-th comes at least 5 ms × 2ⁿ⁻¹ later.
+    let migrations = poll::until("six migrate attempts", Duration::from_secs(30), || async {
+        let calls: Vec<std::time::Instant> = f
+            .recorder
+            .calls()
+            .iter()
+            .filter(|c| c.op == Op::Migrate)
+            .map(|c| c.at)
+            .collect();
+        if calls.len() >= 6 {
+            Ok(calls)
+        } else {
+            Err(calls.len())
+        }
+    })
+    .await;
+    for (n, pair) in migrations.windows(2).enumerate().take(5) {
+        let gap = pair[1].duration_since(pair[0]);
+        let backoff = Duration::from_millis(5 << n);
+        assert!(
+            gap >= backoff,
+            "retry {} came {gap:?} after the failure, before its backoff of {backoff:?}",
+            n + 1
+        );
+    }
 
     f.patch(
         "ext",

@@ -26,6 +26,8 @@ pub struct Call {
     pub op: Op,
     pub extension: Extension,
     pub had_cluster: bool,
+    /// When the actuator was called.
+    pub at: std::time::Instant,
 }
 
 /// What the next calls do.
@@ -112,6 +114,7 @@ impl RecordingActuator {
             op,
             extension: ctx.extension.clone(),
             had_cluster: ctx.cluster.is_some(),
+            at: std::time::Instant::now(),
         });
         let behaviour = self.0.behaviour.lock().unwrap().clone();
         match behaviour {

@@ -93,10 +93,27 @@ pub fn admit_update(old: &Extension, new: &Extension, mode: TriggerMode) -> bool
                     ))
         }
         TriggerMode::OperationAnnotation => {
-            has_acting_annotation(new)
+            (has_acting_annotation(new) && !only_status_or_finalizers_changed(old, new))
                 || (new.metadata.deletion_timestamp.is_some() && old.status == new.status)
         }
     }
+}
+
+/// Whether an update changed nothing but what the controllers write themselves: status
+/// (operation and health conditions) and finalizers.
+///
+/// Deliberate difference from Gardener (§1.4): there, every update of an object that carries
+/// `migrate` or `restore` passes, and both annotations stay until the operation succeeds. A
+/// failing migrate or restore thus re-triggers itself with its own Error status write and
+/// retries in a tight loop (two status writes and the actuator's requests every few
+/// milliseconds), bypassing the error backoff. Here it retries with backoff, and gardenlet's
+/// own changes (annotations, spec, deletion) still pass at once.
+fn only_status_or_finalizers_changed(old: &Extension, new: &Extension) -> bool {
+    old.spec == new.spec
+        && old.metadata.annotations == new.metadata.annotations
+        && old.metadata.labels == new.metadata.labels
+        && old.metadata.generation == new.metadata.generation
+        && old.metadata.deletion_timestamp == new.metadata.deletion_timestamp
 }
 
 /// `ShootNotFailedPredicate` for create and update events. `cluster` is `None` outside shoot
@@ -269,6 +286,36 @@ mod tests {
             &annotate(old.clone(), "unrelated", "x"),
             m
         ));
+    }
+
+    #[test]
+    fn a_pending_migrate_or_restore_is_not_retriggered_by_status_writes() {
+        let m = TriggerMode::OperationAnnotation;
+        for op in ["migrate", "restore"] {
+            let old = annotate(
+                with_state(ext("t", None), Some(OperationState::Processing)),
+                OPERATION_ANNOTATION,
+                op,
+            );
+            let mut failed = old.clone();
+            if let Some(l) = failed
+                .status
+                .as_mut()
+                .and_then(|s| s.last_operation.as_mut())
+            {
+                l.state = OperationState::Error;
+            }
+            assert!(!admit_update(&old, &failed, m), "{op}: own Error status");
+            let mut finalized = old.clone();
+            finalized.metadata.finalizers = Some(vec!["f".into()]);
+            assert!(!admit_update(&old, &finalized, m), "{op}: finalizer");
+            // gardenlet asking again (a new timestamp) or changing the spec still passes.
+            let asked = annotate(old.clone(), TIMESTAMP_ANNOTATION, "2026-01-01T00:00:00Z");
+            assert!(admit_update(&old, &asked, m), "{op}: new request");
+            let mut changed = old.clone();
+            changed.spec.provider_config = Some(serde_json::json!({"a": 1}));
+            assert!(admit_update(&old, &changed, m), "{op}: spec change");
+        }
     }
 
     #[test]
