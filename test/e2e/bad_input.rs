@@ -581,6 +581,7 @@ fn judge(expect: &Expect, ext: &Extension) -> Result<(), String> {
 #[tokio::test]
 async fn bad_input_gets_a_clear_error_and_never_stops_the_controller() {
     let c = support::Clusters::connect().await;
+    support::bundles::remove_leftovers(&c.seed, &c.shoot).await;
     let system = support::unique_name("extension-containerd-shim");
     support::create_namespace(&c.seed, &system, &[]).await;
     let controller = Replica::spawn(

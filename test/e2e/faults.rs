@@ -157,6 +157,7 @@ async fn wait_leader(seed: &Client, namespace: &str, replica: &Replica) {
 #[tokio::test]
 async fn the_fleet_survives_sigkill_at_random_moments() {
     let c = support::Clusters::connect().await;
+    support::bundles::remove_leftovers(&c.seed, &c.shoot).await;
     let mut rng = Rng::from_env_or_clock();
     let system = support::unique_name("extension-containerd-shim");
     support::create_namespace(&c.seed, &system, &[]).await;
@@ -207,12 +208,6 @@ async fn the_fleet_survives_sigkill_at_random_moments() {
         &["--healthcheck-period=2s"],
     );
     wait_all_ready(&c.seed, &timestamps, Duration::from_secs(120)).await;
-
-    // This control plane has one shoot API server for every shoot namespace, so the
-    // ManagedResources that earlier tests of this crate left behind apply the very shoot
-    // objects GRM deletes for ours, and would re-create them forever (a seed gives each shoot
-    // its own API server). Those tests are finished: GRM is told to ignore their bundles.
-    park_foreign_managed_resources(&c.seed, &namespaces).await;
 
     // gardenlet deletes the shoots, and with them their Extensions: every deletion completes
     // and nothing is orphaned. A deleted Shoot skips the uninstall (its nodes go away); the
@@ -303,30 +298,6 @@ async fn the_fleet_survives_sigkill_at_random_moments() {
     );
 }
 
-/// Sets GRM's `resources.gardener.cloud/ignore` on every ManagedResource outside `ours`.
-async fn park_foreign_managed_resources(seed: &Client, ours: &[String]) {
-    let all = Api::<ManagedResource>::all(seed.clone())
-        .list(&ListParams::default())
-        .await
-        .expect("list ManagedResources");
-    for mr in all.items {
-        let ns = mr.namespace().unwrap_or_default();
-        if ours.contains(&ns) {
-            continue;
-        }
-        let patch =
-            json!({"metadata": {"annotations": {"resources.gardener.cloud/ignore": "true"}}});
-        Api::<ManagedResource>::namespaced(seed.clone(), &ns)
-            .patch(
-                &mr.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-            .unwrap_or_else(|e| panic!("park ManagedResource {ns}/{}: {e}", mr.name_any()));
-    }
-}
-
 async fn count_ready(seed: &Client, timestamps: &BTreeMap<String, String>) -> usize {
     let Ok(list) = Api::<Extension>::all(seed.clone())
         .list(&ListParams::default())
@@ -350,6 +321,7 @@ async fn count_ready(seed: &Client, timestamps: &BTreeMap<String, String>) -> us
 #[tokio::test]
 async fn the_controller_recovers_from_a_seed_apiserver_restart() {
     let c = support::Clusters::connect().await;
+    support::bundles::remove_leftovers(&c.seed, &c.shoot).await;
     let system = support::unique_name("extension-containerd-shim");
     support::create_namespace(&c.seed, &system, &[]).await;
     // A leader that cannot renew its Lease within the renew deadline stops, by design (two
@@ -420,6 +392,7 @@ async fn the_controller_recovers_from_a_seed_apiserver_restart() {
 #[tokio::test]
 async fn concurrent_writers_lose_no_update() {
     let c = support::Clusters::connect().await;
+    support::bundles::remove_leftovers(&c.seed, &c.shoot).await;
     let controller = process::start_controller(&c, &["--healthcheck-period=1s"]).await;
     let ns = shoot_with_extension(&c.seed, "writers").await;
     let api: Api<Extension> = Api::namespaced(c.seed.clone(), &ns);
