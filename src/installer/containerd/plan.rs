@@ -218,9 +218,10 @@ pub fn plan_install(
         // A plan that takes the last of ours out of a file uninstalls that file: the same
         // exact-bytes rule as an uninstall applies.
         if outcome.owned.is_empty()
-            && let (Some(before_us), Some(after)) = (before_us, outcome.after.take())
+            && let Some(before_us) = before_us
+            && let Some(after) = outcome.after.as_mut()
         {
-            outcome.after = Some(prefer_original(before_us, after));
+            *after = prefer_original(before_us, std::mem::take(after));
         }
     }
 

@@ -673,3 +673,18 @@ fn template_option_keys_with_actions_are_refused() {
         "nothing written"
     );
 }
+
+#[test]
+fn an_empty_set_on_a_file_we_never_touched_leaves_it_alone() {
+    // Fuzz finding: the exact-bytes rule for a file we leave took the planned content of every
+    // file we own nothing in, so an empty set on an untouched config planned to delete it.
+    for text in ["", "# a comment only\n", "version = 2\n"] {
+        let original = MemoryHost::new().with(MAIN, text);
+        let mut host = original.clone();
+        let plan = install(&mut host, C1, &[], &Ownership::default());
+        assert!(plan.deletes.is_empty(), "{text:?}: {plan:?}");
+        assert_eq!(host.files, original.files, "{text:?}");
+        uninstall(&mut host, C1, &plan.ownership);
+        assert_eq!(host.files, original.files, "{text:?}");
+    }
+}
