@@ -59,18 +59,11 @@ fn read_yaml<T: serde::de::DeserializeOwned>(
         path: path.display().to_string(),
         source,
     })?;
-    decode_yaml(&text).map_err(|message| OfflineError::Decode {
+    crate::gardener::api::from_yaml(&text).map_err(|message| OfflineError::Decode {
         path: path.display().to_string(),
         kind,
         message,
     })
-}
-
-/// YAML goes through a JSON value first: the API types keep providerConfig and the Cluster's
-/// embedded objects as raw JSON, which only serde_json's own deserializers can produce.
-fn decode_yaml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
-    let value: serde_json::Value = serde_saphyr::from_str(text).map_err(|e| e.to_string())?;
-    serde_json::from_value(value).map_err(|e| e.to_string())
 }
 
 /// The Shoot assumed without a Cluster: one containerd pool `worker`, plus every pool the
@@ -171,44 +164,4 @@ pub fn render_extension(
         out.push_str(&yaml);
     }
     Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn yaml_extensions_and_clusters_decode_with_their_raw_json_fields() {
-        let ext: Extension = decode_yaml(
-            "apiVersion: extensions.gardener.cloud/v1alpha1\n\
-             kind: Extension\n\
-             metadata: {name: containerd-shim, namespace: shoot--a--b}\n\
-             spec:\n  type: containerd-shim\n  providerConfig:\n    shims: [{name: spin}]\n",
-        )
-        .expect("Extension decodes");
-        assert_eq!(
-            ext.spec.provider_config,
-            Some(json!({"shims": [{"name": "spin"}]}))
-        );
-        assert_eq!(ext.spec.provider_config_error, None);
-
-        let cluster: Cluster = decode_yaml(
-            "apiVersion: extensions.gardener.cloud/v1alpha1\n\
-             kind: Cluster\n\
-             metadata: {name: shoot--a--b}\n\
-             spec:\n  cloudProfile: {}\n  seed: {}\n  shoot:\n    spec:\n      kubernetes: {version: 1.33.1}\n",
-        )
-        .expect("Cluster decodes");
-        assert_eq!(
-            cluster.spec.shoot["spec"]["kubernetes"]["version"],
-            json!("1.33.1")
-        );
-    }
-
-    #[test]
-    fn decode_errors_say_what_is_wrong() {
-        let err = decode_yaml::<Extension>("kind: Extension\nspec: {class: shoot}\n")
-            .expect_err("spec.type is required");
-        assert!(err.contains("type"), "{err}");
-    }
 }

@@ -3,7 +3,6 @@
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Node, Secret};
-use k8s_openapi::api::node::v1::RuntimeClass;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -11,7 +10,7 @@ use serde_json::json;
 use gardener_extension_containerd_shim::gardener::api::{Cluster, ConditionStatus, Extension};
 
 use crate::support::process;
-use crate::support::{self, gardenlet, nodes, objects, poll};
+use crate::support::{self, gardenlet, nodes, objects};
 
 #[tokio::test]
 async fn the_binary_converges_an_extension_and_reports_its_health() {
@@ -41,38 +40,8 @@ async fn the_binary_converges_an_extension_and_reports_its_health() {
     let ts = gardenlet::request_reconcile(&extensions, "containerd-shim").await;
     gardenlet::wait_ready(&extensions, "containerd-shim", Some(&ts)).await;
 
-    let runtime_classes: Api<RuntimeClass> = Api::all(c.shoot.clone());
-    poll::until(
-        "the RuntimeClass in the shoot",
-        poll::DEFAULT_TIMEOUT,
-        || async {
-            runtime_classes
-                .get_opt("wasmtime")
-                .await
-                .map_err(|e| e.to_string())?
-                .ok_or_else(|| "not yet".to_string())
-        },
-    )
-    .await;
-    poll::until(
-        "SystemComponentsHealthy=True",
-        poll::DEFAULT_TIMEOUT,
-        || async {
-            let ext = extensions
-                .get("containerd-shim")
-                .await
-                .map_err(|e| e.to_string())?;
-            let conditions = ext.status.map(|s| s.conditions).unwrap_or_default();
-            match conditions
-                .iter()
-                .find(|c| c.type_ == "SystemComponentsHealthy")
-            {
-                Some(c) if c.status == ConditionStatus::True => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        },
-    )
-    .await;
+    support::bundles::wait_runtime_class(&c.shoot, "wasmtime").await;
+    wait_condition(&extensions, &[ConditionStatus::True], "").await;
 
     // With a way into the shoot (gardenlet's `gardener` secret), the condition counts the nodes
     // each shim is verified on: the readiness labels the installers set.
@@ -132,43 +101,17 @@ async fn the_binary_converges_an_extension_and_reports_its_health() {
     // Leave nothing behind for the next test: deleting the Extension uninstalls from the
     // simulated nodes (whose "kubelets" are still running) and removes the bundle.
     gardenlet::delete(&extensions, "containerd-shim").await;
-    poll::until("the Extension deleted", poll::DEFAULT_TIMEOUT, || async {
-        match extensions
-            .get_opt("containerd-shim")
-            .await
-            .map_err(|e| e.to_string())?
-        {
-            None => Ok(()),
-            Some(e) => Err(format!(
-                "{:?}",
-                e.status
-                    .and_then(|s| s.last_operation)
-                    .map(|l| l.description)
-            )),
-        }
-    })
-    .await;
+    gardenlet::wait_deleted(&extensions, "containerd-shim").await;
     nodes::delete_simulated_nodes(&c.shoot).await;
 }
 
 async fn wait_condition(extensions: &Api<Extension>, status: &[ConditionStatus], message: &str) {
-    poll::until(
-        &format!("SystemComponentsHealthy in {status:?} with {message:?}"),
-        poll::DEFAULT_TIMEOUT,
-        || async {
-            let ext = extensions
-                .get("containerd-shim")
-                .await
-                .map_err(|e| e.to_string())?;
-            let conditions = ext.status.map(|s| s.conditions).unwrap_or_default();
-            match conditions
-                .iter()
-                .find(|c| c.type_ == "SystemComponentsHealthy")
-            {
-                Some(c) if status.contains(&c.status) && c.message.contains(message) => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        },
+    gardenlet::wait_condition(
+        extensions,
+        "containerd-shim",
+        "SystemComponentsHealthy",
+        &format!("in {status:?} with {message:?}"),
+        |c| status.contains(&c.status) && c.message.contains(message),
     )
     .await;
 }

@@ -472,20 +472,12 @@ async fn concurrent_writers_lose_no_update() {
         Some((ROUNDS - 1).to_string().as_str()),
         "the foreign annotation lost an update"
     );
-    poll::until(
-        "SystemComponentsHealthy to leave the hibernated state",
-        poll::DEFAULT_TIMEOUT,
-        || async {
-            let ext = api.get(EXTENSION).await.map_err(|e| e.to_string())?;
-            let conditions = ext.status.map(|s| s.conditions).unwrap_or_default();
-            match conditions
-                .iter()
-                .find(|c| c.type_ == "SystemComponentsHealthy")
-            {
-                Some(c) if !c.message.contains("hibernated") => Ok(c.status),
-                other => Err(format!("{other:?}")),
-            }
-        },
+    gardenlet::wait_condition(
+        &api,
+        EXTENSION,
+        "SystemComponentsHealthy",
+        "to leave the hibernated state",
+        |c| !c.message.contains("hibernated"),
     )
     .await;
     let ext = api.get(EXTENSION).await.expect("get");

@@ -189,21 +189,13 @@ async fn lifecycle(c: &support::Clusters, audit_log: &Path, audit_start: u64) {
         .await
         .expect("create Cluster");
     gardenlet::wait_ready(&extensions, EXTENSION, Some(&ts)).await;
-    wait_runtime_class(&c.shoot, "wasmtime").await;
-    poll::until(
-        "SystemComponentsHealthy=True",
-        poll::DEFAULT_TIMEOUT,
-        || async {
-            let ext = extensions.get(EXTENSION).await.map_err(|e| e.to_string())?;
-            let conditions = ext.status.map(|s| s.conditions).unwrap_or_default();
-            match conditions
-                .iter()
-                .find(|c| c.type_ == "SystemComponentsHealthy")
-            {
-                Some(c) if c.status == ConditionStatus::True => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        },
+    crate::support::bundles::wait_runtime_class(&c.shoot, "wasmtime").await;
+    gardenlet::wait_condition(
+        &extensions,
+        EXTENSION,
+        "SystemComponentsHealthy",
+        "True",
+        |c| c.status == ConditionStatus::True,
     )
     .await;
 
@@ -239,7 +231,7 @@ async fn lifecycle(c: &support::Clusters, audit_log: &Path, audit_start: u64) {
         .expect("change the providerConfig");
     let ts = gardenlet::request_reconcile(&extensions, EXTENSION).await;
     gardenlet::wait_ready(&extensions, EXTENSION, Some(&ts)).await;
-    wait_runtime_class(&c.shoot, "wasmtime-spin-v2").await;
+    crate::support::bundles::wait_runtime_class(&c.shoot, "wasmtime-spin-v2").await;
     let relabelled = secrets
         .get_opt(&old_secret)
         .await
@@ -297,26 +289,7 @@ async fn lifecycle(c: &support::Clusters, audit_log: &Path, audit_start: u64) {
     // 7. Deletion: uninstall (no nodes, so immediately clean), then the bundle goes, then the
     //    finalizer.
     gardenlet::delete(&extensions, EXTENSION).await;
-    poll::until(
-        "the Extension to be deleted",
-        poll::DEFAULT_TIMEOUT,
-        || async {
-            match extensions
-                .get_opt(EXTENSION)
-                .await
-                .map_err(|e| e.to_string())?
-            {
-                None => Ok(()),
-                Some(e) => Err(format!(
-                    "{:?}",
-                    e.status
-                        .and_then(|s| s.last_operation)
-                        .map(|l| l.description)
-                )),
-            }
-        },
-    )
-    .await;
+    gardenlet::wait_deleted(&extensions, EXTENSION).await;
     poll::until(
         "the RuntimeClasses to leave the shoot",
         poll::DEFAULT_TIMEOUT,
@@ -336,21 +309,6 @@ async fn lifecycle(c: &support::Clusters, audit_log: &Path, audit_start: u64) {
             } else {
                 Err(format!("still there: {left:?}"))
             }
-        },
-    )
-    .await;
-}
-
-async fn wait_runtime_class(shoot: &Client, name: &str) {
-    let api: Api<RuntimeClass> = Api::all(shoot.clone());
-    poll::until(
-        &format!("RuntimeClass {name} in the shoot"),
-        poll::DEFAULT_TIMEOUT,
-        || async {
-            api.get_opt(name)
-                .await
-                .map_err(|e| e.to_string())?
-                .ok_or_else(|| "not yet".to_string())
         },
     )
     .await;

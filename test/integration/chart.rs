@@ -80,6 +80,20 @@ fn env_var<'a>(objects: &'a [Value], name: &str) -> Option<&'a Value> {
         .find(|e| e["name"] == name)
 }
 
+/// The built-in catalog with the overlay the chart rendered into its ConfigMap, as the
+/// controller loads it.
+fn rendered_catalog(objects: &[Value]) -> Catalog {
+    let overlay = config_map_data(
+        objects,
+        "gardener-extension-containerd-shim-shim-catalog",
+        "catalog-overlay.yaml",
+    );
+    Catalog::builtin()
+        .expect("built-in catalog")
+        .with_overlay_yaml("chart", overlay)
+        .expect("the rendered overlay is a valid catalog overlay")
+}
+
 fn config_map_data<'a>(objects: &'a [Value], name: &str, key: &str) -> &'a str {
     helm::find(objects, "ConfigMap", Some(name))["data"][key]
         .as_str()
@@ -410,15 +424,7 @@ fn example_values_mount_the_image_vector_override_and_the_catalog_overlay() {
         overlay_flag,
         format!("{}/catalog-overlay.yaml", mount_of("shim-catalog"))
     );
-    let overlay = config_map_data(
-        &objects,
-        "gardener-extension-containerd-shim-shim-catalog",
-        "catalog-overlay.yaml",
-    );
-    let catalog = Catalog::builtin()
-        .expect("built-in catalog")
-        .with_overlay_yaml("chart", overlay)
-        .expect("the rendered overlay is a valid catalog overlay");
+    let catalog = rendered_catalog(&objects);
     assert!(
         catalog.get("kata-qemu").is_none(),
         "the null survives the chart"
@@ -461,15 +467,7 @@ fn catalog_overlay_as_a_map_and_disabled_controllers_reach_the_binary() {
         container(&objects)["image"],
         "registry.example.com/ext@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
     );
-    let overlay = config_map_data(
-        &objects,
-        "gardener-extension-containerd-shim-shim-catalog",
-        "catalog-overlay.yaml",
-    );
-    let catalog = Catalog::builtin()
-        .expect("built-in catalog")
-        .with_overlay_yaml("chart", overlay)
-        .expect("valid overlay");
+    let catalog = rendered_catalog(&objects);
     assert!(catalog.get("wamr").is_none());
 }
 

@@ -22,11 +22,9 @@ fn read(path: &str) -> String {
     std::fs::read_to_string(repo(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
-/// Through a JSON value, as the offline renderer does: the API types hold raw JSON fields.
 fn yaml<T: serde::de::DeserializeOwned>(path: &str) -> T {
-    let value: Value =
-        serde_saphyr::from_str(&read(path)).unwrap_or_else(|e| panic!("{path} is not YAML: {e}"));
-    serde_json::from_value(value).unwrap_or_else(|e| panic!("{path} does not decode: {e}"))
+    gardener_extension_containerd_shim::gardener::api::from_yaml(&read(path))
+        .unwrap_or_else(|e| panic!("{path} does not decode: {e}"))
 }
 
 /// Every YAML file under example/, relative to the repository.
@@ -185,18 +183,7 @@ fn render_prints_the_example_bundle() {
     );
     let objects: Vec<Value> = serde_saphyr::from_multiple(&stdout)
         .unwrap_or_else(|e| panic!("render printed no YAML stream: {e}\n{stdout}"));
-    let mut kinds: Vec<String> = objects
-        .iter()
-        .filter(|o| !o.is_null())
-        .map(|o| {
-            format!(
-                "{}/{}",
-                o["kind"].as_str().unwrap_or(""),
-                o["metadata"]["name"].as_str().unwrap_or("")
-            )
-        })
-        .collect();
-    kinds.sort();
+    let kinds = crate::support::objects::kinds(&objects);
     for expected in [
         "ConfigMap/containerd-shim-installer",
         "DaemonSet/containerd-shim-installer",

@@ -173,27 +173,7 @@ impl Fixture {
     }
 
     async fn gone(&self) {
-        poll::until(
-            "the Extension to be deleted",
-            poll::DEFAULT_TIMEOUT,
-            || async {
-                match self
-                    .api
-                    .get_opt("containerd-shim")
-                    .await
-                    .map_err(|e| e.to_string())?
-                {
-                    None => Ok(()),
-                    Some(e) => Err(format!(
-                        "{:?}",
-                        e.status
-                            .and_then(|s| s.last_operation)
-                            .map(|l| l.description)
-                    )),
-                }
-            },
-        )
-        .await;
+        gardenlet::wait_deleted(&self.api, "containerd-shim").await;
     }
 }
 
@@ -202,21 +182,6 @@ fn fast_settings() -> ActuatorSettings {
         uninstall_timeout: Duration::from_secs(300),
         poll_interval: Duration::from_millis(500),
     }
-}
-
-fn kinds(bundle: &[Value]) -> Vec<String> {
-    let mut k: Vec<String> = bundle
-        .iter()
-        .map(|o| {
-            format!(
-                "{}/{}",
-                o["kind"].as_str().unwrap_or(""),
-                o["metadata"]["name"].as_str().unwrap_or("")
-            )
-        })
-        .collect();
-    k.sort();
-    k
 }
 
 #[tokio::test]
@@ -229,7 +194,7 @@ async fn bundle_reaches_the_shoot_and_passes_gardenlets_check() {
     assert_eq!(mr.labels().get("origin").map(String::as_str), Some(ORIGIN));
     assert_eq!(mr.spec.class, None);
     assert_eq!(
-        kinds(&f.bundle().await),
+        objects::kinds(&f.bundle().await),
         [
             "ClusterRole/extensions.gardener.cloud:containerd-shim:installer",
             "ClusterRoleBinding/extensions.gardener.cloud:containerd-shim:installer",

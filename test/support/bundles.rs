@@ -1,11 +1,13 @@
-//! Removing the shim bundles (and Extensions and nodes) that earlier tests left behind: every test applies its bundle into
-//! the one shoot API server, and two ManagedResources would fight over the same shoot objects.
+//! The shim bundles in the one shoot API server every test shares: removing what earlier tests
+//! left behind (two ManagedResources would fight over the same shoot objects), and waiting for
+//! what a bundle delivers.
 
 use std::time::Duration;
 
 use gardener_extension_containerd_shim::gardener::api::{Extension, ManagedResource};
 use gardener_extension_containerd_shim::gardener::managed_resource;
 use gardener_extension_containerd_shim::shim::actuator::ORIGIN;
+use k8s_openapi::api::node::v1::RuntimeClass;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 
@@ -77,4 +79,20 @@ pub async fn remove_leftovers(seed: &Client, shoot: &Client) {
     }
     remove_shim_bundles(seed).await;
     nodes::delete_simulated_nodes(shoot).await;
+}
+
+/// Polls until the shoot has the RuntimeClass `name`.
+pub async fn wait_runtime_class(shoot: &Client, name: &str) {
+    let api: Api<RuntimeClass> = Api::all(shoot.clone());
+    poll::until(
+        &format!("RuntimeClass {name} in the shoot"),
+        poll::DEFAULT_TIMEOUT,
+        || async {
+            api.get_opt(name)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "not yet".to_string())
+        },
+    )
+    .await;
 }

@@ -4,7 +4,7 @@
 //! with this check, so a test passes only if gardenlet would accept the result.
 
 use gardener_extension_containerd_shim::gardener::api::{
-    DELETION_CONFIRMATION_ANNOTATION, Extension, OPERATION_ANNOTATION, OperationState,
+    Condition, DELETION_CONFIRMATION_ANNOTATION, Extension, OPERATION_ANNOTATION, OperationState,
     TIMESTAMP_ANNOTATION,
 };
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -130,4 +130,48 @@ pub async fn delete(api: &Api<Extension>, name: &str) {
     api.delete(name, &DeleteParams::default())
         .await
         .unwrap_or_else(|e| panic!("deleting {name}: {e}"));
+}
+
+/// Polls until the Extension is gone; while it is not, reports its last operation.
+pub async fn wait_deleted(api: &Api<Extension>, name: &str) {
+    poll::until(
+        &format!("Extension {name} to be deleted"),
+        poll::DEFAULT_TIMEOUT,
+        || async {
+            match api.get_opt(name).await.map_err(|e| e.to_string())? {
+                None => Ok(()),
+                Some(e) => Err(format!(
+                    "{:?}",
+                    e.status
+                        .and_then(|s| s.last_operation)
+                        .map(|l| l.description)
+                )),
+            }
+        },
+    )
+    .await;
+}
+
+/// Polls until the Extension's condition `type_` (what gardenlet copies into the Shoot's
+/// status) satisfies `accept`; returns it. `what` names the awaited state in a timeout.
+pub async fn wait_condition(
+    api: &Api<Extension>,
+    name: &str,
+    type_: &str,
+    what: &str,
+    accept: impl Fn(&Condition) -> bool,
+) -> Condition {
+    poll::until(
+        &format!("{type_} {what}"),
+        poll::DEFAULT_TIMEOUT,
+        || async {
+            let ext = api.get(name).await.map_err(|e| e.to_string())?;
+            let conditions = ext.status.map(|s| s.conditions).unwrap_or_default();
+            match conditions.into_iter().find(|c| c.type_ == type_) {
+                Some(c) if accept(&c) => Ok(c),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await
 }

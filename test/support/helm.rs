@@ -107,21 +107,7 @@ pub fn find<'a>(objects: &'a [Value], kind: &str, name: Option<&str>) -> &'a Val
     }
 }
 
-/// `Kind/name` of every object, sorted.
-pub fn kinds(objects: &[Value]) -> Vec<String> {
-    let mut k: Vec<String> = objects
-        .iter()
-        .map(|o| {
-            format!(
-                "{}/{}",
-                o["kind"].as_str().unwrap_or(""),
-                o["metadata"]["name"].as_str().unwrap_or("")
-            )
-        })
-        .collect();
-    k.sort();
-    k
-}
+pub use crate::support::objects::kinds;
 
 /// One (apiGroup, resource[/subresource], verb) a rule grants.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

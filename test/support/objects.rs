@@ -63,3 +63,20 @@ pub fn extension(namespace: &str, type_: &str, provider_config: Option<Value>) -
         status: None,
     }
 }
+
+/// `Kind/name` of every object of a YAML or JSON stream (empty documents skipped), sorted.
+pub fn kinds(objects: &[Value]) -> Vec<String> {
+    let mut k: Vec<String> = objects
+        .iter()
+        .filter(|o| !o.is_null())
+        .map(|o| {
+            format!(
+                "{}/{}",
+                o["kind"].as_str().unwrap_or(""),
+                o["metadata"]["name"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    k.sort();
+    k
+}

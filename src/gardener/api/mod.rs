@@ -17,6 +17,14 @@ pub use common::{
 pub use extension::{Extension, ExtensionSpec, ExtensionStatus};
 pub use managed_resource::{ManagedResource, ManagedResourceSpec, ManagedResourceStatus};
 
+/// Decodes one of these types from YAML. It goes through a JSON value: `providerConfig` and the
+/// Cluster's embedded objects are held as raw JSON, which only serde_json's own deserializers
+/// produce; a YAML deserializer fails on them with "invalid type: newtype struct".
+pub fn from_yaml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
+    let value: serde_json::Value = serde_saphyr::from_str(text).map_err(|e| e.to_string())?;
+    serde_json::from_value(value).map_err(|e| e.to_string())
+}
+
 /// Annotation that asks an extension to act (`reconcile`, `migrate`, `restore`, `wait-for-state`).
 pub const OPERATION_ANNOTATION: &str = "gardener.cloud/operation";
 /// Freshness marker gardenlet writes with each request; never removed by extensions.
@@ -36,3 +44,44 @@ pub const SHOOT_ROLE_VALUE: &str = "shoot";
 pub const FORCE_DELETION_ANNOTATION: &str = "confirmation.gardener.cloud/force-deletion";
 /// Annotation gardenlet sets before deleting extension resources.
 pub const DELETION_CONFIRMATION_ANNOTATION: &str = "confirmation.gardener.cloud/deletion";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn yaml_extensions_and_clusters_decode_with_their_raw_json_fields() {
+        let ext: Extension = from_yaml(
+            "apiVersion: extensions.gardener.cloud/v1alpha1\n\
+             kind: Extension\n\
+             metadata: {name: containerd-shim, namespace: shoot--a--b}\n\
+             spec:\n  type: containerd-shim\n  providerConfig:\n    shims: [{name: spin}]\n",
+        )
+        .expect("Extension decodes");
+        assert_eq!(
+            ext.spec.provider_config,
+            Some(json!({"shims": [{"name": "spin"}]}))
+        );
+        assert_eq!(ext.spec.provider_config_error, None);
+
+        let cluster: Cluster = from_yaml(
+            "apiVersion: extensions.gardener.cloud/v1alpha1\n\
+             kind: Cluster\n\
+             metadata: {name: shoot--a--b}\n\
+             spec:\n  cloudProfile: {}\n  seed: {}\n  shoot:\n    spec:\n      kubernetes: {version: 1.33.1}\n",
+        )
+        .expect("Cluster decodes");
+        assert_eq!(
+            cluster.spec.shoot["spec"]["kubernetes"]["version"],
+            json!("1.33.1")
+        );
+    }
+
+    #[test]
+    fn decode_errors_say_what_is_wrong() {
+        let err = from_yaml::<Extension>("kind: Extension\nspec: {class: shoot}\n")
+            .expect_err("spec.type is required");
+        assert!(err.contains("type"), "{err}");
+    }
+}
