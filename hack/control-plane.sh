@@ -3,17 +3,29 @@
 # a "seed" and a "shoot" kube-apiserver, a kube-controller-manager for each, the Gardener
 # CRDs, and gardener-resource-manager applying ManagedResources from the seed into the shoot.
 #
-#   hack/control-plane.sh run [--dir DIR] -- CMD [ARGS...]
+#   hack/control-plane.sh run [--dir DIR] [NODE OPTIONS] -- CMD [ARGS...]
 #       start everything, run CMD with the control plane's environment, stop everything;
 #       exits with CMD's status.
-#   hack/control-plane.sh up [--dir DIR]
+#   hack/control-plane.sh up [--dir DIR] [NODE OPTIONS]
 #       start everything and keep it running until Ctrl-C.
 #   hack/control-plane.sh restart-seed-apiserver [--dir DIR]
 #       stop and start the seed kube-apiserver of a running control plane (fault tests).
+#   hack/control-plane.sh node-exec [--dir DIR] NODE -- CMD [ARGS...]
+#       run a command inside a real node of a running control plane.
 #
-# Everything binds to 127.0.0.1. Every process started is recorded by PID in DIR/pids and is
-# stopped on exit, on failure and on Ctrl-C. DIR/env holds the kubeconfig paths for clients;
-# it exists only while the control plane is up.
+# NODE OPTIONS give the shoot real nodes (hack/nodes/lib.sh): kube-scheduler, kube-proxy and
+# systemd-nspawn machines with containerd and a kubelet.
+#   --nodes FLAVOURS       one node per comma-separated flavour: containerd1 (Debian's 1.x,
+#                          config version 2) or containerd2 (the built 2.x, config version 3)
+#   --node-images DIR      import every *.tar image archive of DIR into each node
+#                          (hack/nodes/images.sh builds them)
+#   --node-pool POOL       the nodes' worker pool label (default worker-a)
+#   --node-prefix PREFIX   node names are PREFIX1, PREFIX2, ... (default node-)
+#
+# Everything binds to 127.0.0.1, except, with nodes, the shoot API server and the kubelets,
+# which bind to addresses on lo that pods can reach. Every process started is recorded by PID
+# in DIR/pids and is stopped on exit, on failure and on Ctrl-C. DIR/env holds the kubeconfig
+# paths for clients; it exists only while the control plane is up.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$repo/hack/tools/versions.env"
@@ -22,19 +34,36 @@ source "$repo/hack/tools/lib.sh"
 cmd="${1:-}"
 [[ $# -gt 0 ]] && shift
 dir="$repo/.local/control-plane"
+NODE_FLAVOURS=""
+NODE_IMAGES=""
+NODE_POOL="worker-a"
+NODE_NAME_PREFIX="node-"
+exec_node=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --dir) dir="$2"; shift 2 ;;
+    --nodes) NODE_FLAVOURS="$2"; shift 2 ;;
+    --node-images) NODE_IMAGES="$(cd "$2" && pwd)"; shift 2 ;;
+    --node-pool) NODE_POOL="$2"; shift 2 ;;
+    --node-prefix) NODE_NAME_PREFIX="$2"; shift 2 ;;
     --) shift; break ;;
-    *) echo "unknown argument: $1" >&2; exit 2 ;;
+    -*) echo "unknown argument: $1" >&2; exit 2 ;;
+    *)
+      [[ "$cmd" == node-exec && -z "$exec_node" ]] || { echo "unknown argument: $1" >&2; exit 2; }
+      exec_node="$1"; shift ;;
   esac
 done
+NODE_COUNT=0
+[[ -n "$NODE_FLAVOURS" ]] && NODE_COUNT="$(tr ',' '\n' <<<"$NODE_FLAVOURS" | grep -c .)"
+NODE_LABELS="worker.gardener.cloud/pool=$NODE_POOL"
 # Kubeconfigs name files by absolute path, and the processes run from other directories.
 mkdir -p "$dir"
 dir="$(cd "$dir" && pwd)"
 
 log() { printf '[control-plane %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
+# shellcheck source=nodes/lib.sh
+source "$repo/hack/nodes/lib.sh"
 
 KUBE_APISERVER="$KUBE_DIR/kube-apiserver"
 KUBE_CONTROLLER_MANAGER="$KUBE_DIR/kube-controller-manager"
@@ -86,9 +115,13 @@ stop_all() {
   # Reverse start order: clients first, etcd last.
   local line name pid
   tac "$dir/pids" | while read -r name pid; do
-    stop_pid "$name" "$pid"
+    case "$name" in
+      node-*) stop_node "$name" "$pid" ;;
+      *) stop_pid "$name" "$pid" ;;
+    esac
   done
   rm -f "$dir/pids"
+  ((NODE_COUNT == 0)) || nodes_cleanup
   log "stopped"
 }
 
@@ -121,7 +154,10 @@ gen_certs() {
     -keyout "$pki/ca.key" -out "$pki/ca.crt" 2>/dev/null
   openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" \
     -keyout "$pki/serving.key" -out "$pki/serving.csr" 2>/dev/null
-  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' >"$pki/serving.ext"
+  # With real nodes, the shoot API server is also reached on the node network address and, from
+  # pods, on the `kubernetes` Service's IP.
+  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,IP:%s,IP:10.0.0.1\nextendedKeyUsage=serverAuth\n' \
+    "$NODE_API_ADDRESS" >"$pki/serving.ext"
   openssl x509 -req -in "$pki/serving.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
     -days 2 -extfile "$pki/serving.ext" -out "$pki/serving.crt" 2>/dev/null
   openssl genrsa -out "$pki/sa.key" 2048 2>/dev/null
@@ -134,15 +170,15 @@ gen_certs() {
 
 random_token() { openssl rand -hex 24; }
 
-write_kubeconfig() { # file port token user
+write_kubeconfig() { # file port token user [host] [ca file]
   cat >"$1" <<KUBECONFIG
 apiVersion: v1
 kind: Config
 clusters:
 - name: local
   cluster:
-    server: https://127.0.0.1:$2
-    certificate-authority: $dir/pki/ca.crt
+    server: https://${5:-127.0.0.1}:$2
+    certificate-authority: ${6:-$dir/pki/ca.crt}
 users:
 - name: $4
   user:
@@ -170,30 +206,35 @@ rules:
 POLICY
 }
 
-start_apiserver() { # name port etcd-prefix extra-args...
-  local name="$1" port="$2" prefix="$3"
-  shift 3
+start_apiserver() { # name port etcd-prefix address extra-args...
+  local name="$1" port="$2" prefix="$3" address="$4"
+  shift 4
   start "$name" "$KUBE_APISERVER" \
     --etcd-servers="http://127.0.0.1:$ETCD_PORT" --etcd-prefix="$prefix" \
-    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$port" \
+    --bind-address="$address" --advertise-address="$address" --secure-port="$port" \
     --tls-cert-file="$dir/pki/serving.crt" --tls-private-key-file="$dir/pki/serving.key" \
     --client-ca-file="$dir/pki/ca.crt" \
     --token-auth-file="$dir/tokens.csv" \
     --service-account-issuer="https://127.0.0.1:$port" \
     --service-account-key-file="$dir/pki/sa.pub" --service-account-signing-key-file="$dir/pki/sa.key" \
-    --service-cluster-ip-range=10.0.0.0/24 --authorization-mode=RBAC \
-    --disable-admission-plugins=ServiceAccount --allow-privileged=true \
-    --endpoint-reconciler-type=none --profiling=false \
+    --service-cluster-ip-range="$SERVICE_CIDR" --allow-privileged=true --profiling=false \
     "$@"
 }
 
+# An API server without nodes: no ServiceAccount admission (no controller creates the default
+# ServiceAccounts), no `kubernetes` Service endpoints.
+plain_apiserver_args() {
+  echo --authorization-mode=RBAC --disable-admission-plugins=ServiceAccount --endpoint-reconciler-type=none
+}
+
 seed_apiserver_args() {
+  plain_apiserver_args
   echo --audit-policy-file="$dir/audit-policy.yaml" --audit-log-path="$dir/logs/seed-audit.log" \
     --audit-log-format=json --audit-log-maxsize=0
 }
 
-apiserver_ready() { # port token
-  curl -fsS --cacert "$dir/pki/ca.crt" -H "Authorization: Bearer $2" "https://127.0.0.1:$1/readyz"
+apiserver_ready() { # port token [host]
+  curl -fsS --cacert "$dir/pki/ca.crt" -H "Authorization: Bearer $2" "https://${3:-127.0.0.1}:$1/readyz"
 }
 
 kubectl_get() { # port token path
@@ -308,12 +349,19 @@ SEED_CONTROLLER_KUBECONFIG=$dir/seed-controller.kubeconfig
 SEED_AUDIT_LOG=$dir/logs/seed-audit.log
 SEED_APISERVER_PORT=$SEED_PORT
 SHOOT_APISERVER_PORT=$SHOOT_PORT
+NODES=$(for ((i = 1; i <= NODE_COUNT; i++)); do printf '%s ' "$(node_name "$i")"; done)
+NODE_POOL=$NODE_POOL
+NODE_IMAGES=$NODE_IMAGES
 ENV
   mv "$dir/env.partial" "$dir/env"
 }
 
 up() {
   require_tools
+  if ((NODE_COUNT > 0)); then
+    nodes_require_tools
+    nodes_lock
+  fi
   if [[ -f "$dir/pids" ]]; then
     local name pid alive=0
     while read -r name pid; do kill -0 "$pid" 2>/dev/null && alive=1; done <"$dir/pids"
@@ -329,13 +377,16 @@ up() {
   {
     echo "$ADMIN_TOKEN,admin,admin-uid,system:masters"
     echo "$CONTROLLER_TOKEN,containerd-shim-controller,containerd-shim-controller-uid"
+    ((NODE_COUNT == 0)) || nodes_tokens
   } >"$dir/tokens.csv"
   ETCD_PORT="$(free_port)"
   SEED_PORT="$(free_port)"
   SHOOT_PORT="$(free_port)"
   GRM_HEALTH_PORT="$(free_port)"
   write_kubeconfig "$dir/seed-admin.kubeconfig" "$SEED_PORT" "$ADMIN_TOKEN" admin
-  write_kubeconfig "$dir/shoot-admin.kubeconfig" "$SHOOT_PORT" "$ADMIN_TOKEN" admin
+  local shoot_host=127.0.0.1
+  ((NODE_COUNT == 0)) || shoot_host="$NODE_API_ADDRESS"
+  write_kubeconfig "$dir/shoot-admin.kubeconfig" "$SHOOT_PORT" "$ADMIN_TOKEN" admin "$shoot_host"
   write_kubeconfig "$dir/seed-controller.kubeconfig" "$SEED_PORT" "$CONTROLLER_TOKEN" containerd-shim-controller
   echo "ETCD_PORT=$ETCD_PORT SEED_PORT=$SEED_PORT SHOOT_PORT=$SHOOT_PORT" >"$dir/ports"
 
@@ -347,18 +398,31 @@ up() {
     --initial-cluster="default=http://127.0.0.1:$peer" --unsafe-no-fsync --log-level=warn
   wait_for "etcd" 60 curl -fsS "http://127.0.0.1:$ETCD_PORT/health"
 
+  local shoot_args kcm_args=()
+  read -r -a shoot_args <<<"$(plain_apiserver_args)"
+  if ((NODE_COUNT > 0)); then
+    nodes_network_up
+    gen_kubelet_client_cert
+    read -r -a shoot_args <<<"$(shoot_apiserver_node_args)"
+    read -r -a kcm_args <<<"$(shoot_kcm_node_args)"
+  fi
   # shellcheck disable=SC2046
-  start_apiserver seed-apiserver "$SEED_PORT" /seed $(seed_apiserver_args)
-  start_apiserver shoot-apiserver "$SHOOT_PORT" /shoot
+  start_apiserver seed-apiserver "$SEED_PORT" /seed 127.0.0.1 $(seed_apiserver_args)
+  start_apiserver shoot-apiserver "$SHOOT_PORT" /shoot "$shoot_host" "${shoot_args[@]}"
   wait_for "seed kube-apiserver" 120 apiserver_ready "$SEED_PORT" "$ADMIN_TOKEN"
-  wait_for "shoot kube-apiserver" 120 apiserver_ready "$SHOOT_PORT" "$ADMIN_TOKEN"
+  wait_for "shoot kube-apiserver" 120 apiserver_ready "$SHOOT_PORT" "$ADMIN_TOKEN" "$shoot_host"
 
   local which
   for which in seed shoot; do
+    local extra=()
+    local controllers=--controllers=garbage-collector-controller,namespace-controller,daemonset-controller,deployment-controller,replicaset-controller
+    if [[ "$which" == shoot && ${#kcm_args[@]} -gt 0 ]]; then
+      controllers="${kcm_args[0]}"
+      extra=("${kcm_args[@]:1}")
+    fi
     start "$which-controller-manager" "$KUBE_CONTROLLER_MANAGER" \
-      --kubeconfig="$dir/$which-admin.kubeconfig" \
-      --controllers=garbage-collector-controller,namespace-controller,daemonset-controller,deployment-controller,replicaset-controller \
-      --secure-port=0 --leader-elect=false --use-service-account-credentials=false
+      --kubeconfig="$dir/$which-admin.kubeconfig" "$controllers" \
+      --secure-port=0 --leader-elect=false --use-service-account-credentials=false "${extra[@]}"
   done
 
   local f
@@ -373,6 +437,10 @@ up() {
   write_grm_config
   start gardener-resource-manager "$GRM" --config="$dir/grm-config.yaml"
   wait_for "gardener-resource-manager" 120 curl -fsS "http://127.0.0.1:$GRM_HEALTH_PORT/readyz"
+  if ((NODE_COUNT > 0)); then
+    start_node_services
+    start_nodes
+  fi
   check_alive
   write_env
   log "ready: seed https://127.0.0.1:$SEED_PORT, shoot https://127.0.0.1:$SHOOT_PORT"
@@ -416,11 +484,16 @@ case "$cmd" in
     ADMIN_TOKEN="$(awk -F, '$2=="admin"{print $1}' "$dir/tokens.csv")"
     old="$(pid_of seed-apiserver)"
     stop_pid seed-apiserver "$old"
-    start_apiserver seed-apiserver "$SEED_PORT" /seed $(seed_apiserver_args)
+    start_apiserver seed-apiserver "$SEED_PORT" /seed 127.0.0.1 $(seed_apiserver_args)
     wait_for "seed kube-apiserver" 120 apiserver_ready "$SEED_PORT" "$ADMIN_TOKEN"
     ;;
+  node-exec)
+    [[ -n "$exec_node" && $# -gt 0 ]] || die "usage: $0 node-exec [--dir DIR] NODE -- CMD [ARGS...]"
+    [[ -f "$dir/nodes/$exec_node/leader" ]] || die "no node $exec_node in $dir"
+    node_exec "$exec_node" "$@"
+    ;;
   *)
-    sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,36p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

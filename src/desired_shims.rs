@@ -101,8 +101,14 @@ pub struct DesiredShim {
     pub runtime_type: String,
     /// Version of the shim binaries; part of the versioned directory name.
     pub version: String,
-    /// The binaries to put on the node. The first one is the shim that containerd starts.
+    /// The binaries to put on the node. The first one is the shim that containerd starts
+    /// (`runtime_path`), or, with `oci_runtime`, the OCI runtime that containerd's own runc
+    /// shim runs (`options.BinaryName`).
     pub binaries: Vec<Binary>,
+    /// The first binary is an OCI runtime (crun, youki, ...) for containerd's own runc shim:
+    /// `runtime_type` is `io.containerd.runc.v2`, and containerd starts the shim it ships.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub oci_runtime: bool,
     /// The `runtimes.<handler>.options` table.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub options: BTreeMap<String, OptionValue>,
@@ -271,6 +277,7 @@ mod tests {
 
     fn spin() -> DesiredShim {
         DesiredShim {
+            oci_runtime: false,
             name: "spin".into(),
             handler: "spin".into(),
             runtime_type: "io.containerd.spin.v2".into(),

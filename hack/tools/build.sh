@@ -5,7 +5,7 @@
 #
 #   hack/tools/build.sh            build everything
 #   hack/tools/build.sh --print    print the cache directory and exit
-#   hack/tools/build.sh kube etcd  build only some (kube etcd grm crds containerd helm containerd1)
+#   hack/tools/build.sh kube etcd  build only some (kube etcd grm crds containerd helm containerd1 crictl)
 #
 # A cold build takes tens of minutes on two cores; the Go build cache makes a rebuild fast.
 set -euo pipefail
@@ -56,7 +56,8 @@ build_kube() {
     -X k8s.io/client-go/pkg/version.gitVersion=$KUBERNETES_VERSION"
   build_into "$KUBE_DIR" kube "$ldflags" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-    k8s.io/kubernetes/cmd/kubectl
+    k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kube-scheduler \
+    k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy
 }
 
 build_etcd() {
@@ -93,7 +94,15 @@ build_crds() {
 build_containerd() {
   build_into "$CONTAINERD_DIR" containerd \
     "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
-    github.com/containerd/containerd/v2/cmd/containerd
+    github.com/containerd/containerd/v2/cmd/containerd \
+    github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
+    github.com/containerd/containerd/v2/cmd/ctr
+}
+
+build_crictl() {
+  build_into "$CRICTL_DIR" crictl \
+    "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRICTL_VERSION" \
+    sigs.k8s.io/cri-tools/cmd/crictl
 }
 
 build_helm() {
@@ -101,21 +110,64 @@ build_helm() {
     helm.sh/helm/v3/cmd/helm
 }
 
-# containerd 1.x is not built: Debian's package is the real 1.x that nodes run.
-install_containerd1() {
-  if [[ -x "$CONTAINERD1_BIN" ]]; then log "up to date: $CONTAINERD1_BIN"; return 0; fi
-  command -v apt-get >/dev/null || { log "containerd 1.x is missing and apt-get is not available; install Debian's 'containerd' package"; return 1; }
+# apt_install <package>...: Debian packages this machine needs, installed when missing. The
+# policy-rc.d keeps packages from starting daemons (containerd) on this machine.
+apt_install() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  ((${#missing[@]} > 0)) || return 0
+  command -v apt-get >/dev/null || { log "missing Debian packages (${missing[*]}) and apt-get is not available; install them"; return 1; }
   local sudo=""
   [[ "$(id -u)" == 0 ]] || sudo="sudo"
-  log "installing Debian's containerd (1.x) with apt-get"
-  # policy-rc.d keeps the package from starting a containerd daemon on this machine.
+  log "installing Debian packages with apt-get: ${missing[*]}"
   $sudo sh -c 'printf "#!/bin/sh\nexit 101\n" > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d'
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends containerd >&2 \
-    || { $sudo apt-get update >&2 && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends containerd >&2; }
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >&2 \
+    || { $sudo apt-get update >&2 && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >&2; }
   $sudo rm -f /usr/sbin/policy-rc.d
 }
 
-all=(kube etcd grm crds containerd helm containerd1)
+# containerd 1.x is not built: Debian's package is the real 1.x that nodes run.
+install_containerd1() {
+  if [[ -x "$CONTAINERD1_BIN" ]]; then log "up to date: $CONTAINERD1_BIN"; return 0; fi
+  apt_install containerd
+}
+
+# The root file system of the real nodes (hack/nodes): Debian with systemd, containerd 1.x, runc
+# and the CNI plugins, built once by mmdebstrap and shared read-only by every node (each node
+# boots from a copy). Also the host packages the nodes need: systemd-nspawn, and nftables for
+# kube-proxy's Service routing.
+build_rootfs() {
+  apt_install mmdebstrap systemd-container nftables
+  if [[ -d "$ROOTFS_DIR" ]]; then log "up to date: $ROOTFS_DIR"; return 0; fi
+  local tmp="$ROOTFS_DIR.partial.$$" started=$SECONDS
+  rm -rf "$tmp"
+  log "building the node root file system with mmdebstrap ($NODE_DEBIAN_SUITE: $NODE_PACKAGES)"
+  mmdebstrap --variant=minbase --include="$NODE_PACKAGES" "$NODE_DEBIAN_SUITE" "$tmp" >"$TOOLS_CACHE/.rootfs.log" 2>&1 \
+    || { log "mmdebstrap failed; the end of $TOOLS_CACHE/.rootfs.log:"; tail -n 20 "$TOOLS_CACHE/.rootfs.log" >&2; rm -rf "$tmp"; return 1; }
+  mv "$tmp" "$ROOTFS_DIR"
+  log "built $ROOTFS_DIR in $((SECONDS - started)) s"
+}
+
+# The Debian packages whose binaries the test images carry (busybox for the pause and workload
+# images, crun for the crun payload), downloaded and unpacked. Debian's own signatures checked
+# by apt are the provenance.
+build_image_debs() {
+  if [[ -d "$IMAGE_DEBS_DIR" ]]; then log "up to date: $IMAGE_DEBS_DIR"; return 0; fi
+  local tmp="$IMAGE_DEBS_DIR.partial.$$" p deb
+  rm -rf "$tmp"; mkdir -p "$tmp/debs" "$tmp/root"
+  for p in ${IMAGE_PACKAGES//,/ }; do
+    (cd "$tmp/debs" && apt-get download "$p" >/dev/null 2>&1) \
+      || (cd "$tmp/debs" && apt-get update >/dev/null && apt-get download "$p" >&2) \
+      || { log "apt-get download $p failed"; return 1; }
+  done
+  for deb in "$tmp"/debs/*.deb; do dpkg-deb -x "$deb" "$tmp/root"; done
+  mv "$tmp" "$IMAGE_DEBS_DIR"
+  log "unpacked $IMAGE_PACKAGES into $IMAGE_DEBS_DIR/root"
+}
+
+all=(kube etcd grm crds containerd helm containerd1 crictl rootfs image-debs)
 selected=("$@")
 [[ ${#selected[@]} -gt 0 ]] || selected=("${all[@]}")
 mkdir -p "$TOOLS_CACHE"
@@ -128,6 +180,9 @@ for t in "${selected[@]}"; do
     crds) build_crds ;;
     containerd) build_containerd ;;
     helm) build_helm ;;
+    crictl) build_crictl ;;
+    rootfs) build_rootfs ;;
+    image-debs) build_image_debs ;;
     containerd1) install_containerd1 ;;
     *) log "unknown tool '$t' (known: ${all[*]})"; exit 2 ;;
   esac

@@ -885,7 +885,7 @@ impl<C: Cluster> Installer<C> {
         let before: Vec<ExpectedRuntime> = txn
             .ownership_before
             .handlers()
-            .map(|h| ExpectedRuntime::new(&h.handler, &h.runtime_type, &h.runtime_path))
+            .map(ExpectedRuntime::owned)
             .collect();
         let rollback = match self.restart().await {
             Ok(()) => self.verify(before).await,
@@ -1206,10 +1206,7 @@ impl<C: Cluster> Installer<C> {
 
 impl Facts<'_> {
     fn runtimes_expected(&self) -> Vec<ExpectedRuntime> {
-        self.runtimes
-            .iter()
-            .map(|r| ExpectedRuntime::new(&r.handler, &r.runtime_type, &r.runtime_path))
-            .collect()
+        self.runtimes.iter().map(ExpectedRuntime::of).collect()
     }
 
     fn handler_of(&self, name: &str, state: &State) -> Option<String> {

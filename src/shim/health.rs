@@ -145,6 +145,7 @@ mod tests {
 
     fn shim(name: &str, pools: &[&str], selector: &[(&str, &str)]) -> DesiredShim {
         DesiredShim {
+            oci_runtime: false,
             name: name.into(),
             handler: name.into(),
             runtime_type: format!("io.containerd.{name}.v1"),

@@ -12,8 +12,8 @@ use std::process::Command;
 
 use gardener_extension_containerd_shim::desired_shims::OptionValue;
 use gardener_extension_containerd_shim::installer::containerd::{
-    ConfigError, ContainerdVersion, DumpOutput, ExpectedRuntime, HostRoot, Ownership, Plan,
-    RuntimeEntry, Validation, WriteStrategy, check_dump, dump_command, locate, plan_install,
+    ConfigError, ContainerdVersion, DumpOutput, ExpectedRuntime, HostRoot, ManagedKey, Ownership,
+    Plan, RuntimeEntry, Validation, WriteStrategy, check_dump, dump_command, locate, plan_install,
     plan_uninstall,
 };
 use toml_edit::DocumentMut;
@@ -318,6 +318,7 @@ fn runtimes() -> Vec<RuntimeEntry> {
             handler: "spin".into(),
             runtime_type: "io.containerd.spin.v2".into(),
             runtime_path: "/var/lib/containerd-shim/bin/containerd-shim-spin-v2".into(),
+            managed_key: ManagedKey::RuntimePath,
             pod_annotations: vec![],
             privileged_without_host_devices: false,
             options: BTreeMap::from([("SystemdCgroup".into(), OptionValue::Bool(true))]),
@@ -326,6 +327,7 @@ fn runtimes() -> Vec<RuntimeEntry> {
             handler: "kata-qemu".into(),
             runtime_type: "io.containerd.kata-qemu.v2".into(),
             runtime_path: "/var/lib/containerd-shim/bin/containerd-shim-kata-qemu-v2".into(),
+            managed_key: ManagedKey::RuntimePath,
             pod_annotations: vec!["io.katacontainers.*".into()],
             privileged_without_host_devices: true,
             options: BTreeMap::from([
@@ -335,6 +337,16 @@ fn runtimes() -> Vec<RuntimeEntry> {
                 ),
                 ("IoUid".into(), OptionValue::Int(0)),
             ]),
+        },
+        // An OCI runtime for containerd's own runc shim: our path is `options.BinaryName`.
+        RuntimeEntry {
+            handler: "crun".into(),
+            runtime_type: "io.containerd.runc.v2".into(),
+            runtime_path: "/var/lib/containerd-shim/current/crun/bin/crun".into(),
+            managed_key: ManagedKey::BinaryName,
+            pod_annotations: vec![],
+            privileged_without_host_devices: false,
+            options: BTreeMap::from([("SystemdCgroup".into(), OptionValue::Bool(true))]),
         },
     ]
 }

@@ -90,6 +90,7 @@ pub fn image_shim(name: &str, handler: &str, version: &str, binaries: &[&str]) -
         handler: handler.into(),
         runtime_type: format!("io.containerd.{handler}.v2"),
         version: version.into(),
+        oci_runtime: false,
         binaries: binaries
             .iter()
             .map(|binary| Binary {

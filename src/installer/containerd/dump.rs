@@ -14,7 +14,9 @@ use super::daemon_version::ContainerdVersion;
 use super::edit::table_at;
 use super::error::ConfigError;
 use super::key_path::KeyPath;
+use super::ownership::OwnedHandler;
 use super::plan::Validation;
+use super::runtime::{ManagedKey, RuntimeEntry};
 
 /// A runtime as the merged config must (or must no longer) show it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -22,15 +24,36 @@ use super::plan::Validation;
 pub struct ExpectedRuntime {
     pub handler: String,
     pub runtime_type: String,
+    /// The path of our managed binary, at `managed_key`.
     pub runtime_path: String,
+    #[serde(default, skip_serializing_if = "ManagedKey::is_default")]
+    pub managed_key: ManagedKey,
 }
 
 impl ExpectedRuntime {
+    /// A shim at `runtime_path`.
     pub fn new(handler: &str, runtime_type: &str, runtime_path: &str) -> Self {
         ExpectedRuntime {
             handler: handler.to_string(),
             runtime_type: runtime_type.to_string(),
             runtime_path: runtime_path.to_string(),
+            managed_key: ManagedKey::RuntimePath,
+        }
+    }
+
+    /// What a runtime we write must look like in the merged config.
+    pub fn of(entry: &RuntimeEntry) -> Self {
+        ExpectedRuntime {
+            managed_key: entry.managed_key,
+            ..ExpectedRuntime::new(&entry.handler, &entry.runtime_type, &entry.runtime_path)
+        }
+    }
+
+    /// A runtime we own (and may be about to remove).
+    pub fn owned(owned: &OwnedHandler) -> Self {
+        ExpectedRuntime {
+            managed_key: owned.managed_key,
+            ..ExpectedRuntime::new(&owned.handler, &owned.runtime_type, &owned.runtime_path)
         }
     }
 }
@@ -137,11 +160,18 @@ pub fn check_dump(
                 key,
             });
         };
-        for (field, want) in [
-            ("runtime_type", &expected.runtime_type),
-            ("runtime_path", &expected.runtime_path),
+        for (field, found, want) in [
+            (
+                "runtime_type",
+                table.get("runtime_type").and_then(Item::as_str),
+                &expected.runtime_type,
+            ),
+            (
+                expected.managed_key.name(),
+                expected.managed_key.value_in(table),
+                &expected.runtime_path,
+            ),
         ] {
-            let found = table.get(field).and_then(Item::as_str);
             if found != Some(want.as_str()) {
                 return Err(ConfigError::RuntimeMismatch {
                     config: config.to_path_buf(),
@@ -156,8 +186,7 @@ pub fn check_dump(
     for gone in absent {
         let key = layout.runtime_table(&gone.handler);
         let still_ours = table_at(doc.as_table(), &key)
-            .and_then(|table| table.get("runtime_path"))
-            .and_then(Item::as_str)
+            .and_then(|table| gone.managed_key.value_in(table))
             == Some(gone.runtime_path.as_str());
         if still_ours {
             return Err(ConfigError::RuntimeStillPresent {

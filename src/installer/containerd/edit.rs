@@ -180,6 +180,7 @@ fn write_runtime(
         table: table_path,
         keys: wanted.into_iter().map(|(key, _)| key).collect(),
         runtime_path: desired.runtime_path.clone(),
+        managed_key: desired.managed_key,
         runtime_type: desired.runtime_type.clone(),
     })
 }
@@ -193,7 +194,7 @@ fn desired_values(desired: &RuntimeEntry) -> Vec<(KeyPath, Value)> {
             Value::from(desired.runtime_type.as_str()),
         ),
         (
-            KeyPath::new(["runtime_path"]),
+            KeyPath::new(desired.managed_key.segments().iter().copied()),
             Value::from(desired.runtime_path.as_str()),
         ),
     ];
@@ -233,7 +234,7 @@ fn ensure_adoptable(
             .unwrap_or_else(|| item.to_string().trim().to_string()),
         None => "<unset>".to_string(),
     };
-    if existing.get("runtime_path").and_then(Item::as_str) == Some(desired.runtime_path.as_str()) {
+    if desired.managed_key.value_in(existing) == Some(desired.runtime_path.as_str()) {
         return Ok(());
     }
     Err(ConfigError::ForeignRuntime {

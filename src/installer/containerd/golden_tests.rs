@@ -35,6 +35,7 @@ const BIN: &str = "/var/lib/containerd-shim/bin";
 
 pub(super) fn spin() -> RuntimeEntry {
     RuntimeEntry {
+        managed_key: Default::default(),
         handler: "spin".into(),
         runtime_type: "io.containerd.spin.v2".into(),
         runtime_path: format!("{BIN}/containerd-shim-spin-v2"),
@@ -46,6 +47,7 @@ pub(super) fn spin() -> RuntimeEntry {
 
 pub(super) fn gvisor() -> RuntimeEntry {
     RuntimeEntry {
+        managed_key: Default::default(),
         handler: "runsc".into(),
         runtime_type: "io.containerd.runsc.v1".into(),
         runtime_path: format!("{BIN}/containerd-shim-runsc-v1"),
@@ -68,6 +70,7 @@ pub(super) fn gvisor() -> RuntimeEntry {
 
 fn kata() -> RuntimeEntry {
     RuntimeEntry {
+        managed_key: Default::default(),
         handler: "kata-qemu".into(),
         runtime_type: "io.containerd.kata-qemu.v2".into(),
         runtime_path: format!("{BIN}/containerd-shim-kata-qemu-v2"),

@@ -72,4 +72,4 @@ pub use plan::{
     BACKUP_SUFFIX, Backup, FileDelete, FileWrite, Plan, SCRATCH_SUFFIX, ScratchFile, Validation,
     plan_install, plan_uninstall,
 };
-pub use runtime::{RuntimeEntry, validate_handler};
+pub use runtime::{ManagedKey, RuntimeEntry, validate_handler};

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::key_path::KeyPath;
+use super::runtime::ManagedKey;
 
 /// Everything we own, per file.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,9 +74,11 @@ pub struct OwnedHandler {
     pub table: KeyPath,
     /// Keys we wrote, relative to `table` (e.g. `runtime_type`, `options.SystemdCgroup`).
     pub keys: Vec<KeyPath>,
-    /// The `runtime_path` we wrote; identifies our table after a lost state file and lets
-    /// validation tell our runtime from a foreign one of the same name.
+    /// The path of our managed binary we wrote (at `managed_key`); identifies our table after a
+    /// lost state file and lets validation tell our runtime from a foreign one of the same name.
     pub runtime_path: String,
+    #[serde(default, skip_serializing_if = "ManagedKey::is_default")]
+    pub managed_key: ManagedKey,
     /// The `runtime_type` we wrote.
     pub runtime_type: String,
 }
@@ -196,6 +199,7 @@ mod tests {
         );
         dropin.created = true;
         dropin.handlers.push(OwnedHandler {
+            managed_key: Default::default(),
             handler: "spin".into(),
             table: KeyPath::new([
                 "plugins",

@@ -19,7 +19,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use toml_edit::{DocumentMut, Item};
+use toml_edit::DocumentMut;
 
 use super::config_version::{ConfigVersion, parse_toml};
 use super::daemon_version::ContainerdVersion;
@@ -225,14 +225,11 @@ pub fn plan_install(
         }
     }
 
-    let present = runtimes
-        .iter()
-        .map(|r| ExpectedRuntime::new(&r.handler, &r.runtime_type, &r.runtime_path))
-        .collect();
+    let present = runtimes.iter().map(ExpectedRuntime::of).collect();
     let absent = previous
         .handlers()
         .filter(|owned| !runtimes.iter().any(|r| r.handler == owned.handler))
-        .map(|owned| ExpectedRuntime::new(&owned.handler, &owned.runtime_type, &owned.runtime_path))
+        .map(ExpectedRuntime::owned)
         .collect();
     Ok(assemble(
         Some(target.clone()),
@@ -283,10 +280,7 @@ pub fn plan_uninstall(
         base = Base::Dump(owned.path.clone());
     }
 
-    let absent = previous
-        .handlers()
-        .map(|owned| ExpectedRuntime::new(&owned.handler, &owned.runtime_type, &owned.runtime_path))
-        .collect();
+    let absent = previous.handlers().map(ExpectedRuntime::owned).collect();
     Ok(assemble(
         None,
         containerd,
@@ -519,7 +513,10 @@ fn ensure_adoptable_file(
     for (handler, item) in table.iter() {
         let ours = runtimes.iter().any(|r| {
             r.handler == handler
-                && item.get("runtime_path").and_then(Item::as_str) == Some(r.runtime_path.as_str())
+                && item
+                    .as_table_like()
+                    .and_then(|table| r.managed_key.value_in(table))
+                    == Some(r.runtime_path.as_str())
         });
         if !ours {
             return Err(foreign(format!("runtime `{handler}`, which is not ours")));

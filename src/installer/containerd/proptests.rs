@@ -49,6 +49,7 @@ fn runtime(handler: String) -> impl Strategy<Value = RuntimeEntry> {
         .prop_map(
             move |(runtime_type, runtime_path, options, pod_annotations, privileged)| {
                 RuntimeEntry {
+                    managed_key: Default::default(),
                     handler: handler.clone(),
                     runtime_type,
                     runtime_path,
@@ -281,6 +282,7 @@ fn subsequence_helper() {
 #[test]
 fn option_maps_keep_their_types_in_a_drop_in() {
     let runtime = RuntimeEntry {
+        managed_key: Default::default(),
         handler: "w".into(),
         runtime_type: "io.containerd.w.v1".into(),
         runtime_path: "/opt/w".into(),

@@ -10,6 +10,51 @@ use crate::desired_shims::{BIN_DIR_PLACEHOLDER, CONFIG_DIR_PLACEHOLDER, DesiredS
 
 use super::error::ConfigError;
 
+/// The key of a runtime table that holds the path of our managed binary. Its value is also how
+/// a table is recognised as ours (after a lost state file) and told from a foreign runtime of
+/// the same name.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ManagedKey {
+    /// `runtime_path`: our binary is the shim containerd starts.
+    #[default]
+    RuntimePath,
+    /// `options.BinaryName`: our binary is an OCI runtime (crun, ...) that containerd's own runc
+    /// shim (`io.containerd.runc.v2`, found on containerd's PATH) runs.
+    BinaryName,
+}
+
+impl ManagedKey {
+    /// The key, relative to the runtime table.
+    pub fn segments(self) -> &'static [&'static str] {
+        match self {
+            ManagedKey::RuntimePath => &["runtime_path"],
+            ManagedKey::BinaryName => &["options", "BinaryName"],
+        }
+    }
+
+    /// The key as containerd's docs spell it (`runtime_path`, `options.BinaryName`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ManagedKey::RuntimePath => "runtime_path",
+            ManagedKey::BinaryName => "options.BinaryName",
+        }
+    }
+
+    pub fn is_default(&self) -> bool {
+        *self == ManagedKey::RuntimePath
+    }
+
+    /// The value at this key in a runtime table.
+    pub fn value_in(self, table: &dyn toml_edit::TableLike) -> Option<&str> {
+        let (last, parents) = self.segments().split_last()?;
+        let mut here = table;
+        for segment in parents {
+            here = here.get(segment)?.as_table_like()?;
+        }
+        here.get(last)?.as_str()
+    }
+}
+
 /// What the engine writes into `runtimes.<handler>`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -18,9 +63,12 @@ pub struct RuntimeEntry {
     pub handler: String,
     /// `runtime_type`, e.g. `io.containerd.spin.v2`.
     pub runtime_type: String,
-    /// `runtime_path`: absolute host path of the stable symlink the installer manages, so an
-    /// upgrade swaps the symlink and never edits the config.
+    /// Absolute host path of the stable symlink of our managed binary, so an upgrade swaps the
+    /// symlink and never edits the config. Written at `managed_key`: `runtime_path` for a shim.
     pub runtime_path: String,
+    /// Where `runtime_path` goes in the table.
+    #[serde(default, skip_serializing_if = "ManagedKey::is_default")]
+    pub managed_key: ManagedKey,
     /// `pod_annotations`; written only when non-empty.
     #[serde(default)]
     pub pod_annotations: Vec<String>,
@@ -68,6 +116,11 @@ impl RuntimeEntry {
             handler: shim.handler.clone(),
             runtime_type: shim.runtime_type.clone(),
             runtime_path: utf8(runtime_path)?,
+            managed_key: if shim.oci_runtime {
+                ManagedKey::BinaryName
+            } else {
+                ManagedKey::RuntimePath
+            },
             pod_annotations: shim.pod_annotations.clone(),
             privileged_without_host_devices: shim.privileged_without_host_devices,
             options,
@@ -98,9 +151,17 @@ impl RuntimeEntry {
         // containerd's PATH does not contain our directory.
         if !self.runtime_path.starts_with('/') {
             return invalid(
-                "runtime_path",
+                self.managed_key.name(),
                 &self.runtime_path,
                 "must be an absolute host path",
+            );
+        }
+        // The managed path is ours alone: an option of the same name would fight over it.
+        if self.managed_key == ManagedKey::BinaryName && self.options.contains_key("BinaryName") {
+            return invalid(
+                "options.BinaryName",
+                "",
+                "is the managed path of an OCI runtime and cannot also be an option",
             );
         }
         if let Some(empty) = self.pod_annotations.iter().find(|a| a.is_empty()) {
@@ -116,7 +177,10 @@ impl RuntimeEntry {
     pub(crate) fn strings(&self) -> Vec<(Vec<&str>, &str)> {
         let mut out = vec![
             (vec!["runtime_type"], self.runtime_type.as_str()),
-            (vec!["runtime_path"], self.runtime_path.as_str()),
+            (
+                self.managed_key.segments().to_vec(),
+                self.runtime_path.as_str(),
+            ),
         ];
         out.extend(
             self.pod_annotations
@@ -247,6 +311,7 @@ mod tests {
     #[test]
     fn rejects_bad_fields() {
         let base = RuntimeEntry {
+            managed_key: Default::default(),
             handler: "spin".into(),
             runtime_type: "io.containerd.spin.v2".into(),
             runtime_path: "/opt/shim".into(),

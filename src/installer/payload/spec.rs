@@ -265,6 +265,7 @@ mod tests {
 
     fn shim(source: BinarySource) -> DesiredShim {
         DesiredShim {
+            oci_runtime: false,
             name: "gvisor".into(),
             handler: "runsc".into(),
             runtime_type: "io.containerd.runsc.v1".into(),

@@ -39,6 +39,10 @@ const BUILTIN: &str = include_str!("catalog.yaml");
 /// Handlers that belong to the node's own containerd configuration.
 pub const RESERVED_HANDLERS: &[&str] = &["runc", "default"];
 
+/// The runtime type of containerd's own runc shim, which runs the OCI runtime an entry with
+/// `ociRuntime` installs.
+pub const OCI_RUNTIME_SHIM: &str = "io.containerd.runc.v2";
+
 /// The shim catalog: entries by name.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Catalog {
@@ -61,8 +65,11 @@ pub struct CatalogEntry {
     pub default_version: String,
     /// The versions offered, by version string.
     pub versions: BTreeMap<String, CatalogVersion>,
-    /// The files installed, the shim binary first.
+    /// The files installed, the shim binary first (or the OCI runtime, with `oci_runtime`).
     pub binaries: Vec<CatalogBinary>,
+    /// The first binary is an OCI runtime that containerd's own runc shim runs: the installer
+    /// writes its path as `options.BinaryName` instead of `runtime_path`.
+    pub oci_runtime: bool,
     /// The runtime options: defaults and which keys a shoot owner may set.
     pub options: BTreeMap<String, OptionSpec>,
     /// Default `pod_annotations`.
@@ -195,6 +202,7 @@ struct EntryOverlay {
     default_version: Option<String>,
     versions: Option<BTreeMap<String, Option<CatalogVersion>>>,
     binaries: Option<Vec<CatalogBinary>>,
+    oci_runtime: Option<bool>,
     options: Option<BTreeMap<String, Option<OptionSpec>>>,
     pod_annotations: Option<Vec<String>>,
     privileged_without_host_devices: Option<bool>,
@@ -331,6 +339,7 @@ impl CatalogEntry {
             default_version: String::new(),
             versions: BTreeMap::new(),
             binaries: Vec::new(),
+            oci_runtime: false,
             options: BTreeMap::new(),
             pod_annotations: Vec::new(),
             privileged_without_host_devices: false,
@@ -368,6 +377,7 @@ impl CatalogEntry {
         set(&mut self.default_version, overlay.default_version);
         merge(&mut self.versions, overlay.versions);
         set(&mut self.binaries, overlay.binaries);
+        set(&mut self.oci_runtime, overlay.oci_runtime);
         merge(&mut self.options, overlay.options);
         set(&mut self.pod_annotations, overlay.pod_annotations);
         set(
@@ -437,6 +447,25 @@ impl CatalogEntry {
             seen.push(&binary.name);
             if let Err(p) = syntax::absolute_path(&binary.path) {
                 bad(at(&format!("binaries[{i}].path")), &binary.path, p);
+            }
+        }
+        if self.oci_runtime {
+            // containerd's runc shim is the one that takes `BinaryName`, and the installer
+            // writes that option itself.
+            if self.runtime_type != OCI_RUNTIME_SHIM {
+                bad(
+                    at("runtimeType"),
+                    &self.runtime_type,
+                    format!("must be {OCI_RUNTIME_SHIM} for an OCI runtime (ociRuntime: true)"),
+                );
+            }
+            if self.options.contains_key("BinaryName") {
+                bad(
+                    at("options[BinaryName]"),
+                    "BinaryName",
+                    "is written by the installer for an OCI runtime (the first binary's path)"
+                        .into(),
+                );
             }
         }
         for (key, spec) in &self.options {
@@ -541,6 +570,7 @@ mod tests {
         assert_eq!(
             catalog.names(),
             [
+                "crun",
                 "gvisor",
                 "kata-qemu",
                 "spin",
@@ -610,15 +640,15 @@ mod tests {
     fn overlay_adds_an_entry_and_changes_fields_of_a_builtin_one() {
         let overlay = r#"
 shims:
-  crun:
-    runtimeType: io.containerd.crun.v2
-    handler: crun
-    runtimeClassName: crun
+  lunatic:
+    runtimeType: io.containerd.lunatic.v2
+    handler: lunatic
+    runtimeClassName: lunatic
     defaultVersion: "1.0"
     versions:
-      "1.0": {image: containerd-shim-crun}
+      "1.0": {image: containerd-shim-lunatic}
     binaries:
-      - {name: containerd-shim-crun-v2, path: /bin/containerd-shim-crun-v2}
+      - {name: containerd-shim-lunatic-v2, path: /bin/containerd-shim-lunatic-v2}
   spin:
     defaultVersion: v0.21.0
     versions:
@@ -631,8 +661,8 @@ shims:
 "#;
         let catalog = builtin().with_overlay_yaml("test", overlay).unwrap();
         assert!(catalog.get("kata-qemu").is_none());
-        let crun = catalog.get("crun").unwrap();
-        assert_eq!(crun.architectures, [Arch::Amd64, Arch::Arm64]);
+        let lunatic = catalog.get("lunatic").unwrap();
+        assert_eq!(lunatic.architectures, [Arch::Amd64, Arch::Arm64]);
         let spin = catalog.get("spin").unwrap();
         assert_eq!(spin.default_version, "v0.21.0");
         assert_eq!(

@@ -105,6 +105,7 @@ fn desired_shim(
         runtime_type: shim.runtime_type.clone(),
         version: shim.version.clone(),
         binaries,
+        oci_runtime: shim.oci_runtime,
         options: shim.options.clone(),
         pod_annotations: shim.pod_annotations.clone(),
         privileged_without_host_devices: shim.privileged_without_host_devices,

@@ -59,8 +59,9 @@ pub struct ValidatedShim {
     pub runtime_class_name: String,
     pub runtime_type: String,
     pub version: String,
-    /// The shim binary first.
+    /// The shim binary first (or the OCI runtime, with `oci_runtime`).
     pub binaries: Vec<ValidatedBinary>,
+    pub oci_runtime: bool,
     pub options: BTreeMap<String, OptionValue>,
     pub pod_annotations: Vec<String>,
     pub privileged_without_host_devices: bool,
@@ -312,6 +313,7 @@ fn validate_shim(
                         },
                     })
                     .collect(),
+                oci_runtime: entry.oci_runtime,
                 options,
                 pod_annotations,
                 privileged_without_host_devices: entry.privileged_without_host_devices,
@@ -341,6 +343,7 @@ fn validate_shim(
                 runtime_type: custom.runtime_type.clone(),
                 version: custom.version.clone(),
                 binaries,
+                oci_runtime: false,
                 options,
                 pod_annotations,
                 privileged_without_host_devices: custom.privileged_without_host_devices,

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Builds the images the real nodes run, as image archives that `ctr images import` reads (no
+# registry, no container engine), into OUT_DIR:
+#
+#   installer.tar   the installer image: the static containerd-shim-installer at
+#                   /containerd-shim-installer, the same content hack/images/Dockerfile builds
+#                   (a debug build here: the tests want its line numbers, not its size)
+#   pause.tar       the pod sandbox image (busybox waiting for a signal)
+#   workload.tar    a test workload: Debian's busybox with all its applets
+#   payload-crun.tar  the crun payload: Debian's crun at /payload/crun
+#
+#   hack/nodes/images.sh OUT_DIR
+#
+# Every image is tagged by its content, so a changed build is a new reference. OUT_DIR also gets
+# images.env (the references, for tests and scripts), pause.ref (imported under each node's
+# sandbox image name) and images-overwrite.yaml: the IMAGEVECTOR_OVERWRITE file that points the
+# controller at these images instead of the published ones. `make images` builds the published
+# images with docker instead; this needs neither docker nor a registry.
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+source "$repo/hack/tools/versions.env"
+source "$repo/hack/tools/lib.sh"
+out="${1:?usage: $0 OUT_DIR}"
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+
+log() { printf '[images %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+archive="$repo/hack/nodes/image-archive.py"
+debs="$IMAGE_DEBS_DIR/root"
+[[ -x "$debs/bin/busybox" && -x "$debs/usr/bin/crun" ]] \
+  || die "$IMAGE_DEBS_DIR is missing: build it with 'make tools' (hack/tools/build.sh image-debs)"
+
+# The installer must be static: init containers copy it into payload images of any
+# distribution and run it there. The crate's musl build (hack/images/Dockerfile) needs a musl
+# toolchain; glibc with a static C runtime gives the same kind of binary from the host target.
+host="$(rustc -vV | sed -n 's/^host: //p')"
+log "building the static installer for $host"
+(cd "$repo" && RUSTFLAGS="-C target-feature=+crt-static" \
+  cargo build --locked --target "$host" --bin containerd-shim-installer)
+installer_bin="$repo/target/$host/debug/containerd-shim-installer"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+# Line tables stay (panics and logs name lines); the rest of the debug info goes.
+objcopy --strip-debug --keep-section=.debug_line "$installer_bin" "$work/containerd-shim-installer" 2>/dev/null \
+  || cp "$installer_bin" "$work/containerd-shim-installer"
+
+installer_ref="$("$archive" --tag local.test/containerd-shim-installer --out "$out/installer.tar" \
+  --file "$work/containerd-shim-installer=/containerd-shim-installer:0755" \
+  --entrypoint '["/containerd-shim-installer"]')"
+
+# busybox applets as symlinks, so images have sh, sleep, cat, httpd, ...
+busybox_links=()
+while read -r applet; do
+  [[ -n "$applet" && "$applet" != busybox ]] && busybox_links+=(--symlink "/bin/$applet=busybox")
+done < <("$debs/bin/busybox" --list)
+
+# The sandbox: sleeps until told to stop. Its shell is PID 1 of the pod, so it reaps orphans
+# and exits 0 on SIGTERM/SIGINT like the pause binary.
+pause_ref="$("$archive" --tag local.test/pause --out "$out/pause.tar" \
+  --file "$debs/bin/busybox=/bin/busybox:0755" --symlink /bin/sh=busybox --symlink /bin/sleep=busybox \
+  --entrypoint '["/bin/sh","-c","trap \"exit 0\" TERM INT; while :; do sleep 3600 & wait $!; done"]')"
+
+workload_ref="$("$archive" --tag local.test/busybox --out "$out/workload.tar" \
+  --file "$debs/bin/busybox=/bin/busybox:0755" "${busybox_links[@]}" --dir /tmp --dir /var/www \
+  --entrypoint '["/bin/sh"]')"
+
+crun_ref="$("$archive" --tag local.test/containerd-shim-payload/crun --out "$out/payload-crun.tar" \
+  --file "$debs/usr/bin/crun=/payload/crun:0755")"
+
+printf '%s\n' "$pause_ref" >"$out/pause.ref"
+cat >"$out/images.env" <<ENV
+INSTALLER_IMAGE=$installer_ref
+PAUSE_IMAGE=$pause_ref
+WORKLOAD_IMAGE=$workload_ref
+CRUN_PAYLOAD_IMAGE=$crun_ref
+ENV
+
+# IMAGEVECTOR_OVERWRITE for the controller: the same names as charts/images.yaml.
+cat >"$out/images-overwrite.yaml" <<YAML
+# Written by hack/nodes/images.sh: the images imported into the real nodes.
+images:
+  - name: containerd-shim-installer
+    repository: ${installer_ref%:*}
+    tag: ${installer_ref##*:}
+  - name: containerd-shim-crun
+    repository: ${crun_ref%:*}
+    tag: ${crun_ref##*:}
+YAML
+log "images in $out: $installer_ref $pause_ref $workload_ref $crun_ref"
