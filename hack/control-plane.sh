@@ -89,7 +89,8 @@ free_port() {
 start() {
   local name="$1"
   shift
-  "$@" >"$dir/logs/$name.log" 2>&1 &
+  # fd 9 is the machine-wide nodes lock: it belongs to this script, not to what it starts.
+  "$@" 9>&- >"$dir/logs/$name.log" 2>&1 &
   local pid=$!
   echo "$name $pid" >>"$dir/pids"
   log "started $name (pid $pid, log $dir/logs/$name.log)"
@@ -110,6 +111,8 @@ stop_pid() { # name pid
 }
 
 stop_all() {
+  # Clean-up must go on past any failure.
+  set +e
   [[ -f "$dir/pids" ]] || return 0
   rm -f "$dir/env"
   # Reverse start order: clients first, etcd last.
@@ -127,11 +130,11 @@ stop_all() {
 
 # wait_for <what> <deadline seconds> <command...>: poll until the command succeeds.
 wait_for() {
-  local what="$1" deadline=$((SECONDS + $2))
+  local what="$1" timeout="$2" deadline=$((SECONDS + $2))
   shift 2
   until "$@" >/dev/null 2>&1; do
     if ((SECONDS >= deadline)); then
-      die "$what not ready after $2 s; see the logs in $dir/logs"
+      die "$what not ready after $timeout s; see the logs in $dir/logs"
     fi
     check_alive
     sleep 0.5

@@ -7,7 +7,7 @@
 #                   (a debug build here: the tests want its line numbers, not its size)
 #   pause.tar       the pod sandbox image (busybox waiting for a signal)
 #   workload.tar    a test workload: Debian's busybox with all its applets
-#   payload-crun.tar  the crun payload: Debian's crun at /payload/crun
+#   payload-crun.tar  the crun payload: crun (built from Debian's source) at /payload/crun
 #
 #   hack/nodes/images.sh OUT_DIR
 #
@@ -29,8 +29,9 @@ die() { log "ERROR: $*"; exit 1; }
 
 archive="$repo/hack/nodes/image-archive.py"
 debs="$IMAGE_DEBS_DIR/root"
-[[ -x "$debs/bin/busybox" && -x "$debs/usr/bin/crun" ]] \
+[[ -x "$debs/bin/busybox" ]] \
   || die "$IMAGE_DEBS_DIR is missing: build it with 'make tools' (hack/tools/build.sh image-debs)"
+[[ -x "$CRUN_DIR/crun" ]] || die "$CRUN_DIR/crun is missing: build it with 'make tools' (hack/tools/build.sh crun)"
 
 # The installer must be static: init containers copy it into payload images of any
 # distribution and run it there. The crate's musl build (hack/images/Dockerfile) needs a musl
@@ -67,7 +68,7 @@ workload_ref="$("$archive" --tag local.test/busybox --out "$out/workload.tar" \
   --entrypoint '["/bin/sh"]')"
 
 crun_ref="$("$archive" --tag local.test/containerd-shim-payload/crun --out "$out/payload-crun.tar" \
-  --file "$debs/usr/bin/crun=/payload/crun:0755")"
+  --file "$CRUN_DIR/crun=/payload/crun:0755")"
 
 printf '%s\n' "$pause_ref" >"$out/pause.ref"
 cat >"$out/images.env" <<ENV

@@ -16,8 +16,8 @@ use crate::desired_shims::{
 
 use super::cluster::{Cluster, LabelChanges};
 use super::containerd::{
-    ContainerdVersion, ExpectedRuntime, Ownership, Plan, RuntimeEntry, locate, plan_install,
-    plan_uninstall,
+    BASELINE_SUFFIX, ContainerdVersion, EffectiveConfig, ExpectedRuntime, Ownership, Plan,
+    RuntimeEntry, locate, plan_install, plan_install_keeping, plan_uninstall,
 };
 use super::error::InstallerError;
 use super::host::Host;
@@ -362,12 +362,40 @@ impl<C: Cluster> Installer<C> {
             )?);
             specs.push(spec);
         }
-        let config = if runtimes.is_empty() {
+        let mut config = if runtimes.is_empty() {
             plan_uninstall(host, containerd, &state.ownership)?
         } else {
             let target = locate(host, containerd, self.settings.config_override.as_deref())?;
-            plan_install(host, &target, &runtimes, &state.ownership)?
+            let plan = plan_install(host, &target, &runtimes, &state.ownership)?;
+            if plan.changed && containerd.major < 2 {
+                // containerd 1.x drops runtimes it provides implicitly once a file defines
+                // one: the plan keeps them, from the effective configuration as it is now.
+                let baseline = self.baseline(&plan)?;
+                let mut ours: BTreeSet<String> =
+                    runtimes.iter().map(|r| r.handler.clone()).collect();
+                ours.extend(state.ownership.handlers().map(|h| h.handler.clone()));
+                let kept = match &baseline {
+                    Some((config, dump)) => {
+                        EffectiveConfig::parse(config, containerd, dump)?.runtimes_to_keep(&ours)
+                    }
+                    None => Vec::new(),
+                };
+                plan_install_keeping(host, &target, &runtimes, &state.ownership, Some(&kept))?
+            } else {
+                plan
+            }
         };
+        if config.changed
+            && config
+                .validation
+                .as_ref()
+                .is_some_and(|v| v.baseline.is_none())
+        {
+            let baseline = self.baseline(&config)?;
+            if let (Some(validation), Some((_, dump))) = (config.validation.as_mut(), baseline) {
+                validation.baseline = Some(dump);
+            }
+        }
 
         let names: BTreeSet<&str> = selected.iter().map(|(s, _)| s.name.as_str()).collect();
         let mut gone: BTreeSet<String> = state
@@ -394,6 +422,57 @@ impl<C: Cluster> Installer<C> {
             node_hash,
             gone: gone.into_iter().collect(),
         })
+    }
+
+    /// `containerd config dump` of the configuration the plan's validation will dump, as it is
+    /// now, before anything is written: what the candidate is compared with. A config file
+    /// that does not exist yet means containerd's defaults (dumped from an empty file, because
+    /// containerd 1.x refuses a missing `--config`). `None` for a plan whose validation dumps a
+    /// rendered template (the distribution renders it; nothing here is its baseline).
+    fn baseline(&self, plan: &Plan) -> Result<Option<(PathBuf, String)>, InstallerError> {
+        let Some(validation) = plan.validation.as_ref().filter(|v| v.scratch.is_none()) else {
+            return Ok(None);
+        };
+        let host = &*self.host;
+        let config = validation.config.clone();
+        let exists = host
+            .exists(&config)
+            .map_err(|err| InstallerError::host("inspect", &config, err))?;
+        let dumped = if exists {
+            config.clone()
+        } else {
+            let mut name = config.clone().into_os_string();
+            name.push(BASELINE_SUFFIX);
+            let empty = PathBuf::from(name);
+            if let Some(parent) = empty.parent() {
+                host.create_dir_all(parent)
+                    .map_err(|err| InstallerError::host("create directory", parent, err))?;
+            }
+            host.write_file(&empty, b"", 0o600)
+                .map_err(|err| InstallerError::host("write", &empty, err))?;
+            empty
+        };
+        let output = host.config_dump(&dumped);
+        if !exists {
+            host.remove_file(&dumped)
+                .map_err(|err| InstallerError::host("remove", &dumped, err))?;
+        }
+        let command = format!("containerd --config {} config dump", dumped.display());
+        let output = output.map_err(|message| InstallerError::Command {
+            command: command.clone(),
+            message,
+        })?;
+        if output.exit_code != Some(0) {
+            return Err(InstallerError::Command {
+                command,
+                message: format!(
+                    "the configuration as it is now does not load (exit code {:?}): {}",
+                    output.exit_code,
+                    output.stderr.trim()
+                ),
+            });
+        }
+        Ok(Some((config, output.stdout)))
     }
 
     fn plan_input(

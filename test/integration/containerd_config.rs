@@ -12,9 +12,9 @@ use std::process::Command;
 
 use gardener_extension_containerd_shim::desired_shims::OptionValue;
 use gardener_extension_containerd_shim::installer::containerd::{
-    ConfigError, ContainerdVersion, DumpOutput, ExpectedRuntime, HostRoot, ManagedKey, Ownership,
-    Plan, RuntimeEntry, Validation, WriteStrategy, check_dump, dump_command, locate, plan_install,
-    plan_uninstall,
+    ConfigError, ContainerdVersion, DumpOutput, EffectiveConfig, ExpectedRuntime, HostRoot,
+    ManagedKey, Ownership, Plan, RuntimeEntry, Validation, WriteStrategy, check_dump, dump_command,
+    locate, plan_install, plan_install_keeping, plan_uninstall,
 };
 use toml_edit::DocumentMut;
 
@@ -459,4 +459,54 @@ fn validation_catches_an_overriding_drop_in() {
         ),
         "{err}"
     );
+}
+
+/// Debian's packaged containerd config defines no runtime, and containerd 1.x fills in its
+/// default `runc` only while no file defines one. The plan, given the real effective
+/// configuration, writes `runc` out; the comparison of the real dumps before and after proves
+/// that nothing but our runtimes changed. Without the kept runtime, the same candidate is
+/// refused by that comparison, although `config dump` itself succeeds on it.
+#[test]
+fn the_default_runtime_of_a_file_without_runtimes_survives_on_containerd_1() {
+    let debian = "version = 2\n\n[plugins]\n  [plugins.\"io.containerd.grpc.v1.cri\"]\n    [plugins.\"io.containerd.grpc.v1.cri\".cni]\n      bin_dir = \"/usr/lib/cni\"\n      conf_dir = \"/etc/cni/net.d\"\n  [plugins.\"io.containerd.internal.v1.opt\"]\n    path = \"/var/lib/containerd/opt\"\n";
+    let binary = containerd(1);
+    let version = ContainerdVersion::new(1, 6, 20);
+    for keep in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let root = HostRoot::new(dir.path());
+        let main = root.resolve(Path::new("/etc/containerd/config.toml"));
+        std::fs::create_dir_all(main.parent().unwrap()).unwrap();
+        std::fs::write(&main, debian).unwrap();
+        let baseline = dump(&binary, &main);
+        assert_eq!(baseline.exit_code, Some(0), "{}", baseline.stderr);
+        let effective = EffectiveConfig::parse(&main, version, &baseline.stdout).unwrap();
+        assert_eq!(effective.runtime_handlers(), ["runc"]);
+
+        let target = locate(&root, version, None).unwrap();
+        let ours = runtimes().iter().map(|r| r.handler.clone()).collect();
+        let kept = effective.runtimes_to_keep(&ours);
+        let mut plan = plan_install_keeping(
+            &root,
+            &target,
+            &runtimes(),
+            &Ownership::default(),
+            keep.then_some(kept.as_slice()),
+        )
+        .unwrap();
+        plan.validation.as_mut().unwrap().baseline = Some(baseline.stdout.clone());
+        let result = apply_and_validate(&root, &plan, &binary);
+        if keep {
+            result.unwrap_or_else(|err| panic!("with runc kept: {err}"));
+            let uninstall = plan_uninstall(&root, version, &plan.ownership).unwrap();
+            apply_and_validate(&root, &uninstall, &binary).unwrap();
+            assert_eq!(std::fs::read_to_string(&main).unwrap(), debian);
+        } else {
+            let err = result.unwrap_err();
+            assert!(
+                matches!(&err, ConfigError::ForeignSettingsChanged { changes, .. }
+                    if changes.iter().any(|c| c.contains("containerd.runtimes.runc."))),
+                "{err}"
+            );
+        }
+    }
 }

@@ -25,6 +25,7 @@ use super::config_version::{ConfigVersion, parse_toml};
 use super::daemon_version::ContainerdVersion;
 use super::dump::ExpectedRuntime;
 use super::edit::{RuntimeEdit, reconcile_runtimes, remove_owned, table_at};
+use super::effective::KeptRuntime;
 use super::error::ConfigError;
 use super::host::{HostFs, read_host};
 use super::imports::{covered_drop_in, ensure_import, imports_exactly, imports_of};
@@ -39,6 +40,10 @@ pub const BACKUP_SUFFIX: &str = ".containerd-shim.bak";
 /// Suffix of the transient file validation dumps (it must sit next to the real config so that
 /// relative imports resolve the same; it does not end in `.toml`, so no import glob loads it).
 pub const SCRATCH_SUFFIX: &str = ".containerd-shim-candidate";
+
+/// Suffix of the empty file dumped as the baseline where the config does not exist yet
+/// (containerd 1.x refuses a missing `--config`); written and removed around that one dump.
+pub const BASELINE_SUFFIX: &str = ".containerd-shim-baseline";
 
 /// The header of drop-ins we generate. Informational only: ownership lives in the state file.
 const DROP_IN_HEADER: &str = "# Runtime handlers of the gardener-extension-containerd-shim node installer.\n\
@@ -94,6 +99,13 @@ pub struct Validation {
     pub present: Vec<ExpectedRuntime>,
     /// Runtimes of ours that must be gone.
     pub absent: Vec<ExpectedRuntime>,
+    /// Files of ours (containerd 1.x lists imported files in its dump).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub our_files: Vec<PathBuf>,
+    /// `containerd config dump` of the configuration as it was before the change, when taken:
+    /// the candidate must not differ from it in anything that is not ours.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<String>,
 }
 
 /// Everything the installer needs to do to converge containerd's config.
@@ -134,8 +146,25 @@ pub fn plan_install(
     runtimes: &[RuntimeEntry],
     previous: &Ownership,
 ) -> Result<Plan, ConfigError> {
+    plan_install_keeping(host, target, runtimes, previous, None)
+}
+
+/// [`plan_install`], also writing out `kept`: the runtimes containerd provides implicitly
+/// (from the node's effective configuration, [`super::EffectiveConfig::runtimes_to_keep`]) that
+/// an edited file must define to keep them once it defines ours. Only containerd 1.x needs
+/// this (2.x merges runtimes into its defaults); `None` leaves what was kept before as it is.
+pub fn plan_install_keeping(
+    host: &dyn HostFs,
+    target: &Target,
+    runtimes: &[RuntimeEntry],
+    previous: &Ownership,
+    kept: Option<&[KeptRuntime]>,
+) -> Result<Plan, ConfigError> {
     target.containerd.ensure_supported()?;
     validate_set(runtimes)?;
+    if !runtimes.is_empty() {
+        ensure_cri_enabled(host, &target.config)?;
+    }
     let mut outcomes = match &target.strategy {
         WriteStrategy::InPlace { file } => vec![edit_config(
             host,
@@ -144,6 +173,7 @@ pub fn plan_install(
             runtimes,
             None,
             previous.file(file),
+            kept,
         )?],
         WriteStrategy::DropIn { file, main } => vec![generate_drop_in(
             host,
@@ -165,7 +195,15 @@ pub fn plan_install(
             )?;
             // The import goes only where a drop-in will exist to import.
             let import = drop_in.after.as_ref().map(|_| entry);
-            let main = edit_config(host, main, target.version, &[], import, previous.file(main))?;
+            let main = edit_config(
+                host,
+                main,
+                target.version,
+                &[],
+                import,
+                previous.file(main),
+                None,
+            )?;
             vec![drop_in, main]
         }
         WriteStrategy::Template { template, rendered } => vec![edit_template(
@@ -348,6 +386,7 @@ fn assemble(
             .find(|o| o.path == path)
             .is_none_or(|o| o.after.is_some())
     };
+    let our_files: Vec<PathBuf> = outcomes.iter().map(|o| o.path.clone()).collect();
     let validation = match base {
         _ if !changed => None,
         Base::Dump(config) if exists_after(&config) => Some(Validation {
@@ -356,6 +395,8 @@ fn assemble(
             scratch: None,
             present,
             absent,
+            our_files,
+            baseline: None,
         }),
         Base::Scratch(scratch) => Some(Validation {
             containerd,
@@ -363,6 +404,8 @@ fn assemble(
             scratch: Some(scratch),
             present,
             absent,
+            our_files,
+            baseline: None,
         }),
         _ => None,
     };
@@ -377,6 +420,37 @@ fn assemble(
     }
 }
 
+/// The names containerd accepts in `disabled_plugins` for its CRI plugin: the short name of
+/// containerd 1.x and the ids of the plugins that serve runtimes in 1.x and 2.x.
+const CRI_PLUGIN_NAMES: &[&str] = &[
+    "cri",
+    "io.containerd.grpc.v1.cri",
+    "io.containerd.cri.v1.runtime",
+];
+
+/// A node whose containerd has no CRI plugin cannot serve a runtime handler to the kubelet:
+/// refused before anything is planned, naming the file and the entry.
+fn ensure_cri_enabled(host: &dyn HostFs, config: &Path) -> Result<(), ConfigError> {
+    let Some(text) = read_host(host, config)? else {
+        return Ok(());
+    };
+    let doc = parse_toml(config, &text)?;
+    let disabled = doc
+        .get("disabled_plugins")
+        .and_then(toml_edit::Item::as_array)
+        .into_iter()
+        .flat_map(|array| array.iter())
+        .filter_map(toml_edit::Value::as_str)
+        .find(|name| CRI_PLUGIN_NAMES.contains(name));
+    match disabled {
+        Some(plugin) => Err(ConfigError::CriDisabled {
+            path: config.to_path_buf(),
+            plugin: plugin.to_string(),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// A config file edited in place: our runtime tables and, optionally, one `imports` entry.
 fn edit_config(
     host: &dyn HostFs,
@@ -385,6 +459,7 @@ fn edit_config(
     runtimes: &[RuntimeEntry],
     import: Option<String>,
     previous: Option<&OwnedFile>,
+    kept: Option<&[KeptRuntime]>,
 ) -> Result<FileOutcome, ConfigError> {
     let before = read_host(host, path)?;
     let (mut doc, version, created) = match &before {
@@ -410,11 +485,13 @@ fn edit_config(
             desired: runtimes,
             previous,
             style: (before.is_none()).then(RuntimeStyle::generated),
+            kept,
         },
     )?;
     let mut owned = OwnedFile::new(path, FileRole::Config);
     owned.created = created;
     owned.handlers = outcome.handlers;
+    owned.kept = outcome.kept;
     owned.created_tables = outcome.created_tables;
     let mut dirty = outcome.dirty || before.is_none();
     if let Some(entry) = import {
@@ -478,6 +555,7 @@ fn generate_drop_in(
             desired: runtimes,
             previous: None,
             style: Some(RuntimeStyle::generated()),
+            kept: None,
         },
     )?;
     let mut owned = OwnedFile::new(path, role.clone());
@@ -580,6 +658,7 @@ fn edit_template(
             desired: runtimes,
             previous,
             style: (before.is_none()).then(RuntimeStyle::generated),
+            kept: None,
         },
     )?;
     let mut owned = OwnedFile::new(path, role.clone());
@@ -803,6 +882,7 @@ fn predict_render(
                 desired: runtimes,
                 previous: previous.as_ref(),
                 style: None,
+                kept: None,
             };
             reconcile_runtimes(&mut doc, &edit)?.dirty
         }
