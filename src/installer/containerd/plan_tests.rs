@@ -785,7 +785,7 @@ fn a_disabled_cri_plugin_is_refused_in_either_spelling() {
     for plugin in ["cri", "io.containerd.grpc.v1.cri"] {
         let host = MemoryHost::new().with(
             MAIN,
-            &format!("version = 2\ndisabled_plugins = [\"{plugin}\"]\n"),
+            format!("version = 2\ndisabled_plugins = [\"{plugin}\"]\n"),
         );
         let err = try_install(&host, C1, &[spin()]).unwrap_err();
         assert!(
