@@ -344,6 +344,8 @@ CONFIG
 }
 
 write_env() {
+  local names=() i
+  for ((i = 1; i <= NODE_COUNT; i++)); do names+=("$(node_name "$i")"); done
   cat >"$dir/env.partial" <<ENV
 CONTROL_PLANE_DIR=$dir
 SEED_KUBECONFIG=$dir/seed-admin.kubeconfig
@@ -352,7 +354,7 @@ SEED_CONTROLLER_KUBECONFIG=$dir/seed-controller.kubeconfig
 SEED_AUDIT_LOG=$dir/logs/seed-audit.log
 SEED_APISERVER_PORT=$SEED_PORT
 SHOOT_APISERVER_PORT=$SHOOT_PORT
-NODES=$(for ((i = 1; i <= NODE_COUNT; i++)); do printf '%s ' "$(node_name "$i")"; done)
+NODES=$(IFS=,; echo "${names[*]}")
 NODE_POOL=$NODE_POOL
 NODE_IMAGES=$NODE_IMAGES
 ENV

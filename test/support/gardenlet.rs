@@ -134,9 +134,15 @@ pub async fn delete(api: &Api<Extension>, name: &str) {
 
 /// Polls until the Extension is gone; while it is not, reports its last operation.
 pub async fn wait_deleted(api: &Api<Extension>, name: &str) {
+    wait_deleted_within(api, name, poll::DEFAULT_TIMEOUT).await;
+}
+
+/// [`wait_deleted`] with a deadline of its own (a deletion that uninstalls from real nodes
+/// takes a containerd restart per node).
+pub async fn wait_deleted_within(api: &Api<Extension>, name: &str, timeout: std::time::Duration) {
     poll::until(
         &format!("Extension {name} to be deleted"),
-        poll::DEFAULT_TIMEOUT,
+        timeout,
         || async {
             match api.get_opt(name).await.map_err(|e| e.to_string())? {
                 None => Ok(()),

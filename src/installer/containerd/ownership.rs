@@ -68,6 +68,10 @@ pub struct OwnedFile {
     /// with our last runtime, which gives containerd its implicit default back.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kept: Vec<KeptHandler>,
+    /// We wrote the backup `<path>.containerd-shim.bak` before our first edit; it goes when
+    /// nothing of ours is left in the file.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub backup: bool,
 }
 
 /// A runtime table we wrote out for containerd's implicit one: the keys we wrote.
@@ -128,6 +132,7 @@ impl Ownership {
             };
             mine.created |= theirs.created;
             mine.created_imports |= theirs.created_imports;
+            mine.backup |= theirs.backup;
             if mine.original.is_none() {
                 mine.original = theirs.original.clone();
             }
@@ -198,6 +203,7 @@ impl OwnedFile {
             created_imports: false,
             original: None,
             kept: Vec::new(),
+            backup: false,
         }
     }
 

@@ -270,6 +270,8 @@ pub fn plan_install_keeping(
         .map(ExpectedRuntime::owned)
         .collect();
     Ok(assemble(
+        host,
+        previous,
         Some(target.clone()),
         target.containerd,
         outcomes,
@@ -320,6 +322,8 @@ pub fn plan_uninstall(
 
     let absent = previous.handlers().map(ExpectedRuntime::owned).collect();
     Ok(assemble(
+        host,
+        previous,
         None,
         containerd,
         outcomes,
@@ -338,7 +342,10 @@ enum Base {
     Nothing,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn assemble(
+    host: &dyn HostFs,
+    previous: &Ownership,
     target: Option<Target>,
     containerd: ContainerdVersion,
     outcomes: Vec<FileOutcome>,
@@ -355,13 +362,20 @@ fn assemble(
     let mut ordered: Vec<&FileOutcome> = outcomes.iter().collect();
     ordered.sort_by_key(|o| matches!(o.role, FileRole::Config));
     for outcome in ordered {
+        let before_us = previous.file(&outcome.path);
+        let mut owned = outcome.owned.clone();
+        owned.backup = before_us.is_some_and(|p| p.backup);
         match (&outcome.before, &outcome.after) {
             (before, Some(after)) if before.as_deref() != Some(after.as_str()) => {
-                if before.is_some() && !outcome.owned.created {
+                // The backup is the file as it was before our first edit: taken once, never
+                // overwritten by later edits (they would copy our own tables into it).
+                let first_edit = before_us.is_none_or(OwnedFile::is_empty);
+                if before.is_some() && !owned.created && first_edit && !owned.is_empty() {
                     backups.push(Backup {
                         source: outcome.path.clone(),
                         destination: suffixed(&outcome.path, BACKUP_SUFFIX),
                     });
+                    owned.backup = true;
                 }
                 writes.push(FileWrite {
                     path: outcome.path.clone(),
@@ -375,8 +389,19 @@ fn assemble(
             }),
             _ => {}
         }
+        if owned.backup && owned.is_empty() {
+            // Nothing of ours is left in the file: its backup goes with us.
+            let backup = suffixed(&outcome.path, BACKUP_SUFFIX);
+            if let Ok(Some(content)) = read_host(host, &backup) {
+                deletes.push(FileDelete {
+                    path: backup,
+                    previous: content,
+                });
+            }
+            owned.backup = false;
+        }
         if outcome.after.is_some() {
-            owned_files.push(outcome.owned.clone());
+            owned_files.push(owned);
         }
     }
     let changed = !writes.is_empty() || !deletes.is_empty() || template_pending;

@@ -858,3 +858,34 @@ fn an_oci_runtime_is_written_and_recognised_by_its_binary_name() {
     let err = try_install(&host, C1, &[crun]).unwrap_err();
     assert!(matches!(err, ConfigError::ForeignRuntime { .. }), "{err}");
 }
+
+/// The backup is the file before our first edit: later edits (a changed option, drift repair)
+/// never replace it, and it goes with our last runtime.
+#[test]
+fn the_backup_is_taken_once_and_removed_with_us() {
+    let backup = format!("{MAIN}{BACKUP_SUFFIX}");
+    let original = "version = 2\n# the node's own\n";
+    let mut host = MemoryHost::new().with(MAIN, original);
+    let first = install(&mut host, C1, &[spin()], &Ownership::default());
+    assert_eq!(first.backups.len(), 1);
+    assert_eq!(host.files[Path::new(&backup)], original);
+
+    let changed = RuntimeEntry {
+        options: BTreeMap::from([("SystemdCgroup".into(), OptionValue::Bool(false))]),
+        ..spin()
+    };
+    let second = install(&mut host, C1, &[changed], &first.ownership);
+    assert!(second.changed && second.backups.is_empty(), "{second:#?}");
+    // Someone (gardener-node-agent) rewrites the file without our table: repaired, no backup.
+    replace_in(&mut host, MAIN, "[plugins", "#[plugins");
+    let repaired = install(&mut host, C1, &[spin()], &second.ownership);
+    assert!(repaired.backups.is_empty());
+    assert_eq!(host.files[Path::new(&backup)], original);
+
+    let removed = uninstall(&mut host, C1, &repaired.ownership);
+    assert!(removed.ownership.is_empty());
+    assert!(
+        !host.files.contains_key(Path::new(&backup)),
+        "the backup is left"
+    );
+}
