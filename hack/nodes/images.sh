@@ -8,6 +8,7 @@
 #   pause.tar       the pod sandbox image (busybox waiting for a signal)
 #   workload.tar    a test workload: Debian's busybox with all its applets
 #   payload-crun.tar  the crun payload: crun (built from Debian's source) at /payload/crun
+#   payload-broken.tar  shim binaries that cannot run here (for tests of a failing rollout)
 #
 #   hack/nodes/images.sh OUT_DIR
 #
@@ -70,12 +71,29 @@ workload_ref="$("$archive" --tag local.test/busybox --out "$out/workload.tar" \
 crun_ref="$("$archive" --tag local.test/containerd-shim-payload/crun --out "$out/payload-crun.tar" \
   --file "$CRUN_DIR/crun=/payload/crun:0755")"
 
+# A payload that cannot run on these nodes, for the tests of a failing rollout: a shim binary
+# for another architecture (an arm64 ELF header; execve refuses it with ENOEXEC) and one that
+# exits non-zero.
+python3 - "$work/containerd-shim-broken-v1" <<'PY'
+import struct, sys
+ident = b"\x7fELF" + bytes([2, 1, 1, 0]) + bytes(8)
+header = ident + struct.pack("<HHIQQQIHHHHHH", 2, 0xB7, 1, 0x400000, 64, 0, 0, 64, 56, 1, 0, 0, 0)
+with open(sys.argv[1], "wb") as f:
+    f.write(header)
+PY
+printf '#!/bin/sh\necho "this shim always fails" >&2\nexit 1\n' >"$work/containerd-shim-fails-v1"
+chmod 0755 "$work/containerd-shim-broken-v1" "$work/containerd-shim-fails-v1"
+broken_ref="$("$archive" --tag local.test/containerd-shim-payload/broken --out "$out/payload-broken.tar" \
+  --file "$work/containerd-shim-broken-v1=/payload/containerd-shim-broken-v1:0755" \
+  --file "$work/containerd-shim-fails-v1=/payload/containerd-shim-fails-v1:0755")"
+
 printf '%s\n' "$pause_ref" >"$out/pause.ref"
 cat >"$out/images.env" <<ENV
 INSTALLER_IMAGE=$installer_ref
 PAUSE_IMAGE=$pause_ref
 WORKLOAD_IMAGE=$workload_ref
 CRUN_PAYLOAD_IMAGE=$crun_ref
+BROKEN_PAYLOAD_IMAGE=$broken_ref
 ENV
 
 # IMAGEVECTOR_OVERWRITE for the controller: the same names as charts/images.yaml.
@@ -89,4 +107,4 @@ images:
     repository: ${crun_ref%:*}
     tag: ${crun_ref##*:}
 YAML
-log "images in $out: $installer_ref $pause_ref $workload_ref $crun_ref"
+log "images in $out: $installer_ref $pause_ref $workload_ref $crun_ref $broken_ref"

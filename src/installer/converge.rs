@@ -214,7 +214,25 @@ impl<C: Cluster> Installer<C> {
             .as_ref()
             .is_some_and(|failure| failure.node_hash == node_hash);
         if failed {
+            // Only labels are decided here: which shims still run verified (the ones the
+            // failed change did not touch).
+            let shims = selected
+                .iter()
+                .map(|(shim, hash)| ShimFacts {
+                    name: shim.name.clone(),
+                    handler: shim.handler.clone(),
+                    dir: String::new(),
+                    staged: false,
+                    current: None,
+                    verified: state
+                        .shims
+                        .get(&shim.name)
+                        .is_some_and(|s| s.verified_for(hash)),
+                    verified_before: false,
+                })
+                .collect();
             let input = PlanInput {
+                shims,
                 labels: labels.clone(),
                 failed: true,
                 ..PlanInput::default()
@@ -1275,6 +1293,7 @@ impl<C: Cluster> Installer<C> {
                 message,
                 shims,
                 retained_in_use: retained.to_vec(),
+                run_failed: false,
                 updated_at: self.host.now(),
             },
             steps,

@@ -105,16 +105,14 @@ pub fn plan(input: &PlanInput) -> Vec<Step> {
         .map(|(key, _)| key.clone())
         .collect();
     // A label may stay while its handler is verified (now, or before an upgrade in progress).
-    let may_keep: BTreeSet<String> = if input.failed {
-        BTreeSet::new()
-    } else {
-        input
-            .shims
-            .iter()
-            .filter(|s| s.verified || s.verified_before)
-            .map(|s| ready_label(&s.handler))
-            .collect()
-    };
+    // After a failed change was rolled back, the shims it did not touch still run as verified:
+    // they keep their labels; the failed ones lose theirs.
+    let may_keep: BTreeSet<String> = input
+        .shims
+        .iter()
+        .filter(|s| s.verified || (!input.failed && s.verified_before))
+        .map(|s| ready_label(&s.handler))
+        .collect();
     let mut remove: Vec<String> = ours
         .iter()
         .filter(|key| !may_keep.contains(key.as_str()))
@@ -361,16 +359,22 @@ mod tests {
 
     #[test]
     fn a_failed_node_only_withdraws_labels() {
+        let failed = ShimFacts {
+            verified: false,
+            verified_before: true,
+            ..shim("wamr")
+        };
         let input = PlanInput {
-            shims: vec![shim("spin")],
-            labels: BTreeMap::from([label("spin")]),
+            shims: vec![shim("spin"), failed],
+            labels: BTreeMap::from([label("spin"), label("wamr")]),
             config_changed: true,
             failed: true,
             ..PlanInput::default()
         };
+        // spin was not part of the failed change and still runs verified: it keeps its label.
         assert_eq!(
             plan(&input),
-            [Step::RemoveLabels(vec![ready_label("spin")])]
+            [Step::RemoveLabels(vec![ready_label("wamr")])]
         );
         let input = PlanInput {
             labels: BTreeMap::new(),

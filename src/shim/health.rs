@@ -12,7 +12,9 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
-use crate::desired_shims::{DesiredShim, READY_LABEL_VALUE, ready_label};
+use crate::desired_shims::{
+    DesiredShim, FAILURES_ANNOTATION, NODE_FAILURE, READY_LABEL_VALUE, ready_label,
+};
 use crate::gardener::api::cluster::WORKER_POOL_LABEL;
 use crate::gardener::healthcheck::check::{CheckContext, HealthCheck};
 use crate::gardener::healthcheck::result::CheckResult;
@@ -54,34 +56,89 @@ pub fn selects(shim: &DesiredShim, labels: &BTreeMap<String, String>) -> bool {
             .all(|(k, v)| labels.get(k) == Some(v))
 }
 
-/// The verified/eligible counts per shim and the check result they make (pure).
-pub fn count(shims: &[DesiredShim], nodes: &[BTreeMap<String, String>]) -> CheckResult {
+/// What the health check reads of a node: its name, labels and the failures its installer
+/// published ([`FAILURES_ANNOTATION`]).
+#[derive(Clone, Debug, Default)]
+pub struct NodeView {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub failures: BTreeMap<String, String>,
+}
+
+impl NodeView {
+    pub fn from_metadata(
+        name: String,
+        labels: BTreeMap<String, String>,
+        annotations: &BTreeMap<String, String>,
+    ) -> NodeView {
+        // An annotation that is not ours to parse counts as no failure rather than a failed
+        // check: the labels still tell what is verified.
+        let failures = annotations
+            .get(FAILURES_ANNOTATION)
+            .and_then(|text| serde_json::from_str(text).ok())
+            .unwrap_or_default();
+        NodeView {
+            name,
+            labels,
+            failures,
+        }
+    }
+
+    /// Why installing `shim` failed here, if it did.
+    fn failure(&self, shim: &str) -> Option<&String> {
+        self.failures
+            .get(shim)
+            .or_else(|| self.failures.get(NODE_FAILURE))
+    }
+}
+
+/// The verified/failed/eligible counts per shim and the check result they make (pure). A node
+/// where a shim failed makes the condition `False` at once, naming the node and the error: a
+/// failed node halts the rollout, so waiting helps nobody.
+pub fn count(shims: &[DesiredShim], nodes: &[NodeView]) -> CheckResult {
     let mut lagging = false;
     let mut parts = Vec::new();
+    let mut failures = Vec::new();
     for shim in shims {
         let eligible: Vec<_> = nodes
             .iter()
-            .filter(|labels| selects(shim, labels))
+            .filter(|node| selects(shim, &node.labels))
             .collect();
         let verified = eligible
             .iter()
-            .filter(|labels| {
-                labels.get(&ready_label(&shim.handler)).map(String::as_str)
+            .filter(|node| {
+                node.labels
+                    .get(&ready_label(&shim.handler))
+                    .map(String::as_str)
                     == Some(READY_LABEL_VALUE)
             })
             .count();
+        let failed: Vec<String> = eligible
+            .iter()
+            .filter_map(|node| {
+                node.failure(&shim.name)
+                    .map(|error| format!("{} on {}: {error}", shim.name, node.name))
+            })
+            .collect();
         lagging |= verified < eligible.len();
-        parts.push(format!(
+        let mut part = format!(
             "{}: {verified}/{} nodes verified",
             shim.name,
             eligible.len()
-        ));
+        );
+        if !failed.is_empty() {
+            part.push_str(&format!(", {} failed", failed.len()));
+        }
+        parts.push(part);
+        failures.extend(failed);
     }
     if parts.is_empty() {
         return CheckResult::Successful;
     }
     let detail = parts.join(", ");
-    if lagging {
+    if !failures.is_empty() {
+        CheckResult::unsuccessful(format!("{detail}; failed: {}", failures.join("; ")))
+    } else if lagging {
         CheckResult::progressing(detail, Some(ROLLOUT_THRESHOLD))
     } else {
         CheckResult::SuccessfulWithNote { note: detail }
@@ -126,7 +183,9 @@ impl HealthCheck for VerifiedNodesCheck {
                 Ok(list) => list
                     .items
                     .into_iter()
-                    .map(|n| n.labels().clone())
+                    .map(|n| {
+                        NodeView::from_metadata(n.name_any(), n.labels().clone(), n.annotations())
+                    })
                     .collect::<Vec<_>>(),
                 Err(e) => {
                     return CheckResult::Failed {
@@ -163,13 +222,17 @@ mod tests {
         }
     }
 
-    fn node(pool: &str, extra: &[(&str, &str)]) -> BTreeMap<String, String> {
+    fn node(pool: &str, extra: &[(&str, &str)]) -> NodeView {
         let mut labels: BTreeMap<String, String> = extra
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         labels.insert(WORKER_POOL_LABEL.into(), pool.into());
-        labels
+        NodeView {
+            name: format!("node-{pool}"),
+            labels,
+            failures: BTreeMap::new(),
+        }
     }
 
     #[test]
@@ -219,5 +282,56 @@ mod tests {
             }
         );
         assert_eq!(count(&[], &nodes), CheckResult::Successful);
+    }
+
+    #[test]
+    fn a_failed_node_is_named_with_its_error() {
+        let shims = [shim("crun", &["a"], &[]), shim("spin", &["a"], &[])];
+        let annotations = BTreeMap::from([(
+            FAILURES_ANNOTATION.to_string(),
+            r#"{"crun":"containerd did not start the sandbox"}"#.to_string(),
+        )]);
+        let failed = NodeView::from_metadata("node-1".into(), node("a", &[]).labels, &annotations);
+        let verified = node(
+            "a",
+            &[
+                ("containerd-shim.extensions.gardener.cloud/crun", "ready"),
+                ("containerd-shim.extensions.gardener.cloud/spin", "ready"),
+            ],
+        );
+        match count(&shims, &[failed.clone(), verified.clone()]) {
+            CheckResult::Unsuccessful { detail, .. } => assert_eq!(
+                detail,
+                "crun: 1/2 nodes verified, 1 failed, spin: 1/2 nodes verified; \
+                 failed: crun on node-1: containerd did not start the sandbox"
+            ),
+            other => panic!("{other:?}"),
+        }
+        // A failure of the node as a whole is every shim's there.
+        let whole = NodeView::from_metadata(
+            "node-1".into(),
+            node("a", &[]).labels,
+            &BTreeMap::from([(
+                FAILURES_ANNOTATION.to_string(),
+                r#"{"*":"CRI disabled"}"#.to_string(),
+            )]),
+        );
+        match count(&shims, &[whole, verified.clone()]) {
+            CheckResult::Unsuccessful { detail, .. } => {
+                assert!(detail.contains("crun on node-1: CRI disabled"), "{detail}");
+                assert!(detail.contains("spin on node-1: CRI disabled"), "{detail}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // A garbled annotation is no failure.
+        let garbled = NodeView::from_metadata(
+            "node-1".into(),
+            node("a", &[]).labels,
+            &BTreeMap::from([(FAILURES_ANNOTATION.to_string(), "nope".to_string())]),
+        );
+        assert!(matches!(
+            count(&shims, &[garbled, verified]),
+            CheckResult::Progressing { .. }
+        ));
     }
 }

@@ -11,4 +11,5 @@
 mod support;
 
 mod install;
+mod rollout;
 mod scenario;

@@ -257,6 +257,128 @@ impl Scenario {
     }
 }
 
+/// An installer pod as the DaemonSet rollout sees it.
+#[derive(Clone, Debug)]
+pub struct InstallerPod {
+    pub node: String,
+    /// The desired set its template was rendered with.
+    pub desired_sha256: String,
+    pub created: jiff::Timestamp,
+    /// When it last became Ready (`None` while not Ready).
+    pub ready_since: Option<jiff::Timestamp>,
+    pub deleting: bool,
+}
+
+impl Scenario {
+    /// The installer DaemonSet's pods.
+    pub async fn installer_pods(&self) -> Vec<InstallerPod> {
+        let pods: Api<Pod> = Api::namespaced(self.c.shoot.clone(), "kube-system");
+        pods.list(&ListParams::default().labels("app.kubernetes.io/name=containerd-shim-installer"))
+            .await
+            .expect("list installer pods")
+            .into_iter()
+            .map(|pod| {
+                let spec = pod.spec.clone().unwrap_or_default();
+                let desired_sha256 = spec
+                    .containers
+                    .iter()
+                    .flat_map(|c| c.env.clone().unwrap_or_default())
+                    .find(|e| e.name == "DESIRED_SHIMS_SHA256")
+                    .and_then(|e| e.value)
+                    .unwrap_or_default();
+                let ready_since = pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .and_then(|c| c.iter().find(|c| c.type_ == "Ready" && c.status == "True"))
+                    .and_then(|c| c.last_transition_time.as_ref())
+                    .map(|t| t.0);
+                InstallerPod {
+                    node: spec.node_name.unwrap_or_default(),
+                    desired_sha256,
+                    created: pod
+                        .metadata
+                        .creation_timestamp
+                        .as_ref()
+                        .map(|t| t.0)
+                        .unwrap_or_default(),
+                    ready_since,
+                    deleting: pod.metadata.deletion_timestamp.is_some(),
+                }
+            })
+            .collect()
+    }
+
+    /// The desired-set digest of the DaemonSet's current pod template.
+    pub async fn current_desired_sha256(&self) -> String {
+        let daemon_sets: Api<k8s_openapi::api::apps::v1::DaemonSet> =
+            Api::namespaced(self.c.shoot.clone(), "kube-system");
+        let ds = daemon_sets
+            .get("containerd-shim-installer")
+            .await
+            .expect("get the installer DaemonSet");
+        ds.spec
+            .and_then(|s| s.template.spec)
+            .map(|s| s.containers)
+            .unwrap_or_default()
+            .iter()
+            .flat_map(|c| c.env.clone().unwrap_or_default())
+            .find(|e| e.name == "DESIRED_SHIMS_SHA256")
+            .and_then(|e| e.value)
+            .unwrap_or_default()
+    }
+
+    /// Waits until every node runs a Ready installer pod of the current desired set.
+    pub async fn wait_rolled_out(&self) {
+        poll::until(
+            "the installer rolled out to every node",
+            NODE_TIMEOUT,
+            || async {
+                let current = self.current_desired_sha256().await;
+                let pods = self.installer_pods().await;
+                let done = self.nodes.nodes.iter().all(|n| {
+                    pods.iter().any(|p| {
+                        p.node == n.name
+                            && p.desired_sha256 == current
+                            && p.ready_since.is_some()
+                            && !p.deleting
+                    })
+                });
+                if done {
+                    Ok(())
+                } else {
+                    Err(format!("{pods:?}"))
+                }
+            },
+        )
+        .await;
+    }
+
+    /// The Extension's `SystemComponentsHealthy` condition once `accept` takes it.
+    pub async fn wait_health(&self, what: &str, accept: impl Fn(&str) -> bool) -> String {
+        poll::until(
+            &format!("SystemComponentsHealthy {what}"),
+            NODE_TIMEOUT,
+            || async {
+                let ext = self
+                    .extensions
+                    .get(EXTENSION)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let conditions = ext.status.map(|s| s.conditions).unwrap_or_default();
+                match conditions
+                    .into_iter()
+                    .find(|c| c.type_ == "SystemComponentsHealthy")
+                {
+                    Some(c) if accept(&c.message) => Ok(c.message),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await
+    }
+}
+
 /// Deletes every Extension in the seed as gardenlet would, which makes the controller uninstall
 /// from the nodes, and waits until they are gone.
 async fn remove_leftovers(c: &Clusters) {

@@ -23,24 +23,40 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ObjectMeta;
 use sha2::{Digest, Sha256};
 
-use crate::desired_shims::{BinarySource, CONFIG_MAP_KEY, DesiredShims};
+use crate::desired_shims::{BinarySource, CONFIG_MAP_KEY, DESIRED_SHA256_ENV, DesiredShims};
 use crate::gardener::api::cluster::WORKER_POOL_LABEL;
 
 use super::names::{self, INSTALLER, NAMESPACE, paths};
 
-/// The ConfigMap the installer reads its desired set from.
+/// The name of the ConfigMap holding one desired set: named by its content, so each set is
+/// an object of its own that never changes.
+pub fn config_map_name(desired_json: &str) -> String {
+    format!("{INSTALLER}-{}", &desired_hash(desired_json)[..10])
+}
+
+/// The ConfigMap the installer reads its desired set from: immutable and named by its
+/// content. A new set is a new ConfigMap that only a new pod template refers to, so it reaches
+/// a node only when the DaemonSet rollout replaces that node's pod (one `maxUnavailable` step
+/// at a time, halted by a node that does not become ready). The old one stays while pods use
+/// it and is garbage-collected afterwards.
 pub fn config_map(desired_json: &str) -> ConfigMap {
+    let mut labels = names::labels("installer");
+    labels.insert(
+        names::GARBAGE_COLLECTABLE_LABEL.to_string(),
+        "true".to_string(),
+    );
     ConfigMap {
         metadata: ObjectMeta {
-            name: Some(INSTALLER.to_string()),
+            name: Some(config_map_name(desired_json)),
             namespace: Some(NAMESPACE.to_string()),
-            labels: Some(names::labels("installer")),
+            labels: Some(labels),
             ..Default::default()
         },
         data: Some(BTreeMap::from([(
             CONFIG_MAP_KEY.to_string(),
             desired_json.to_string(),
         )])),
+        immutable: Some(true),
         ..Default::default()
     }
 }
@@ -248,6 +264,11 @@ fn installer_container(input: &DaemonSetInput<'_>) -> Container {
             env_field("NODE_NAME", "spec.nodeName"),
             env_field("POD_NAMESPACE", "metadata.namespace"),
             env_field("POD_NAME", "metadata.name"),
+            EnvVar {
+                name: DESIRED_SHA256_ENV.to_string(),
+                value: Some(desired_hash(input.desired_json)),
+                value_from: None,
+            },
         ]),
         volume_mounts: Some(vec![
             mount("desired", paths::DESIRED_DIR, true),
@@ -282,12 +303,12 @@ fn installer_container(input: &DaemonSetInput<'_>) -> Container {
     }
 }
 
-fn volumes() -> Vec<Volume> {
+fn volumes(desired_json: &str) -> Vec<Volume> {
     vec![
         Volume {
             name: "desired".to_string(),
             config_map: Some(ConfigMapVolumeSource {
-                name: INSTALLER.to_string(),
+                name: config_map_name(desired_json),
                 ..Default::default()
             }),
             ..Default::default()
@@ -318,6 +339,14 @@ pub fn desired_hash(desired_json: &str) -> String {
 pub fn daemon_set(input: &DaemonSetInput<'_>) -> DaemonSet {
     let mut template_labels = names::labels("installer");
     template_labels.extend(names::selector());
+    let reference = names::reference_annotation(&config_map_name(input.desired_json));
+    let template_annotations = BTreeMap::from([
+        (
+            names::DESIRED_HASH_ANNOTATION.to_string(),
+            desired_hash(input.desired_json),
+        ),
+        reference.clone(),
+    ]);
     let affinity = Affinity {
         node_affinity: Some(NodeAffinity {
             required_during_scheduling_ignored_during_execution: Some(NodeSelector {
@@ -339,6 +368,7 @@ pub fn daemon_set(input: &DaemonSetInput<'_>) -> DaemonSet {
             name: Some(INSTALLER.to_string()),
             namespace: Some(NAMESPACE.to_string()),
             labels: Some(names::labels("installer")),
+            annotations: Some(BTreeMap::from([reference])),
             ..Default::default()
         },
         spec: Some(DaemonSetSpec {
@@ -357,10 +387,7 @@ pub fn daemon_set(input: &DaemonSetInput<'_>) -> DaemonSet {
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: Some(template_labels),
-                    annotations: Some(BTreeMap::from([(
-                        names::DESIRED_HASH_ANNOTATION.to_string(),
-                        desired_hash(input.desired_json),
-                    )])),
+                    annotations: Some(template_annotations),
                     ..Default::default()
                 }),
                 spec: Some(PodSpec {
@@ -379,7 +406,7 @@ pub fn daemon_set(input: &DaemonSetInput<'_>) -> DaemonSet {
                     termination_grace_period_seconds: Some(30),
                     init_containers: Some(init_containers(input)),
                     containers: vec![installer_container(input)],
-                    volumes: Some(volumes()),
+                    volumes: Some(volumes(input.desired_json)),
                     ..Default::default()
                 }),
             },

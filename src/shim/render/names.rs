@@ -20,6 +20,27 @@ pub const PRIORITY_CLASS: &str = "system-node-critical";
 pub const DESIRED_HASH_ANNOTATION: &str =
     "containerd-shim.extensions.gardener.cloud/desired-shims-sha256";
 
+/// gardener-resource-manager's garbage collector deletes a ConfigMap with this label once no
+/// workload refers to it (by a [`reference_annotation`]); until then, dropping it from the
+/// bundle does not delete it, so pods of an older revision keep their desired set.
+pub const GARBAGE_COLLECTABLE_LABEL: &str =
+    "resources.gardener.cloud/garbage-collectable-reference";
+
+/// The annotation by which a workload declares that it uses a ConfigMap, in the form
+/// gardener-resource-manager's garbage collector reads: `reference.resources.gardener.cloud/
+/// configmap-<first 8 hex digits of the name's sha256>: <name>`.
+pub fn reference_annotation(config_map: &str) -> (String, String) {
+    use sha2::{Digest, Sha256};
+    let digest = hex::encode(Sha256::digest(config_map.as_bytes()));
+    (
+        format!(
+            "reference.resources.gardener.cloud/configmap-{}",
+            &digest[..8]
+        ),
+        config_map.to_string(),
+    )
+}
+
 /// Label every object of the bundle carries.
 pub const NAME_LABEL: &str = "app.kubernetes.io/name";
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";

@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use serde_json::json;
 
 use super::*;
-use crate::desired_shims::Rollout;
+use crate::desired_shims::{CONFIG_MAP_KEY, DESIRED_SHA256_ENV, Rollout};
 use crate::gardener::api::Shoot;
 use crate::shim::config::{self, Catalog, desired, images};
 
@@ -200,6 +200,39 @@ fn the_pod_template_changes_exactly_when_the_desired_set_changes() {
     };
     assert_eq!(hash(&a), hash(&b));
     assert_ne!(hash(&a), hash(&c));
+
+    // Each desired set is an immutable ConfigMap of its own, named by its content, that only
+    // its pod template mounts (and declares, for gardener-resource-manager's garbage collector),
+    // and whose digest the installer container is told.
+    for bundle in [&a, &c] {
+        let name = bundle.config_map.metadata.name.clone().unwrap();
+        assert_eq!(bundle.config_map.immutable, Some(true));
+        let template = bundle.daemon_set.spec.as_ref().unwrap().template.clone();
+        let spec = template.spec.unwrap();
+        let mounted = spec
+            .volumes
+            .unwrap()
+            .into_iter()
+            .find(|v| v.name == "desired")
+            .unwrap();
+        assert_eq!(mounted.config_map.unwrap().name, name);
+        let annotations = template.metadata.unwrap().annotations.unwrap();
+        let (key, value) = names::reference_annotation(&name);
+        assert_eq!(annotations.get(&key), Some(&value));
+        let env = spec.containers[0].env.clone().unwrap();
+        let digest = env.iter().find(|e| e.name == DESIRED_SHA256_ENV).unwrap();
+        let json = bundle.config_map.data.as_ref().unwrap()[CONFIG_MAP_KEY].clone();
+        assert_eq!(
+            digest.value.as_deref(),
+            Some(daemonset::desired_hash(&json).as_str())
+        );
+    }
+    assert_ne!(a.config_map.metadata.name, c.config_map.metadata.name);
+    // The reference annotation is gardener-resource-manager's: configmap-<sha256(name)[..8]>.
+    assert_eq!(
+        names::reference_annotation("abc").0,
+        "reference.resources.gardener.cloud/configmap-ba7816bf"
+    );
 }
 
 proptest! {
