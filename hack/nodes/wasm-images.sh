@@ -37,8 +37,9 @@ http_port=8080
 # The shim is static for the same reason as the installer (hack/nodes/images.sh): it runs on
 # whatever glibc the node has. glibc with a static C runtime, from the host target, needs no
 # extra Rust target; libseccomp (youki's libcontainer uses it) is linked statically too.
+command -v cargo >/dev/null && command -v rustc >/dev/null \
+  || die "cargo and rustc are missing: install Rust with rustup (https://rustup.rs)"
 host="$(rustc -vV | sed -n 's/^host: //p')"
-[[ -n "$host" ]] || die "rustc is missing: install Rust with rustup (https://rustup.rs)"
 rustflags="-C target-feature=+crt-static"
 profile=payload
 

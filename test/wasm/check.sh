@@ -27,6 +27,13 @@ HELLO_LINE="hello from wasm on containerd-shim"
 HTTP_BODY="hello from wasm http on containerd-shim"
 HTTP_READY_LINE="http: serving on the pre-opened listener (descriptor 3)"
 HANDLER=wasmtime
+# A race in the container library under the shim, youki's libcontainer 0.6 (which runwasi's shim
+# library 1.0 requires): the container's init process may report ready before the intermediate
+# process has reported the init's PID, and the start fails with this message (youki has since
+# given the two reports separate channels). It is rare and needs a loaded machine; a
+# kubelet retries a failed start, so this check tries such a start again, twice at most, and
+# says so. Any other failure fails the check.
+START_RACE="received unexpected message: InitReady, expected: IntermediateReady"
 CRICTL="$CRICTL_DIR/crictl"
 
 # Clean-up, newest first, on every exit: each step registers its undo as soon as there is
@@ -172,30 +179,48 @@ TOML
   fi
 }
 
+# our_shims <dir>: the PIDs of the shims the containerd in <dir> started: an argument of theirs
+# is its socket. (The pattern is a regular expression, so that it does not match grep's own
+# argument.)
+our_shims() {
+  local socket="$1/containerd.sock"
+  grep -lsxz -- "${socket//./\\.}" /proc/[0-9]*/cmdline | cut -d/ -f3
+}
+
 # stop_containerd <dir> <pid>: ends what the containerd in <dir> runs, then containerd itself.
-# Pods first (their shims exit with them), then containerd (SIGTERM, SIGKILL after a deadline),
-# then any shim that outlived it (by the PIDs containerd recorded), the mounts under <dir>, the
-# pods' cgroups (cgroupfs, under a parent named after <dir>) and the shim's container state
-# (youki's root, by the IDs the pods had).
+# Pods first, then containerd (SIGTERM, SIGKILL after a deadline). Its shims exit by themselves
+# once their pods are gone and remove their sockets; any still there after a deadline are killed,
+# with whatever still runs in the pods' cgroups (cgroupfs, under a parent named after <dir>).
+# Then the mounts under <dir>, those cgroups, the shim sockets and the shim's container state
+# (youki's root) that the pods' IDs name.
 stop_containerd() {
-  local dir="$1" pid="$2" p
+  local dir="$1" pid="$2" base p deadline
+  base="$(basename "$dir")"
   if kill -0 "$pid" 2>/dev/null; then
     "$CRICTL" --config "$dir/crictl.yaml" rmp --force --all >/dev/null 2>&1 || true
     kill -TERM "$pid" 2>/dev/null || true
-    local deadline=$((SECONDS + 20))
+    deadline=$((SECONDS + 20))
     while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
     kill -KILL "$pid" 2>/dev/null || true
   fi
   wait "$pid" 2>/dev/null || true
-  while read -r p; do
-    [[ "$p" =~ ^[0-9]+$ ]] && kill -KILL "$p" 2>/dev/null
-  done < <(find "$dir/state" -name shim.pid -exec cat {} + 2>/dev/null)
+  deadline=$((SECONDS + 10))
+  while [[ -n "$(our_shims "$dir")" ]] && ((SECONDS < deadline)); do sleep 0.2; done
+  for p in $(our_shims "$dir") $(cat /sys/fs/cgroup/*/"$base"/cgroup.procs /sys/fs/cgroup/*/"$base"/*/cgroup.procs 2>/dev/null); do
+    kill -KILL "$p" 2>/dev/null
+  done
   grep -o " $dir/[^ ]*" /proc/mounts | sort -r | while read -r p; do umount -l "$p" || true; done
-  for p in /sys/fs/cgroup/*/"$(basename "$dir")"; do
-    [[ -d "$p" ]] && find "$p" -depth -type d -exec rmdir {} + 2>/dev/null
+  # A killed process leaves its cgroup only once it is gone.
+  deadline=$((SECONDS + 10))
+  for p in /sys/fs/cgroup/*/"$base"; do
+    while [[ -d "$p" ]] && ! find "$p" -depth -type d -exec rmdir {} + 2>/dev/null && ((SECONDS < deadline)); do
+      sleep 0.2
+    done
   done
   while read -r p; do
-    [[ "$p" =~ ^[0-9a-f]+$ ]] && rm -rf "${youki_root:?}/k8s.io/$p"
+    [[ "$p" =~ ^[0-9a-f]+$ ]] || continue
+    rm -rf "${youki_root:?}/k8s.io/$p"
+    rm -f "/run/containerd/s/$(printf '%s' "$dir/containerd.sock/k8s.io/$p" | sha256sum | cut -d' ' -f1)"
   done < <(cat "$dir/ids" 2>/dev/null)
   return 0
 }
@@ -233,6 +258,23 @@ YAML
     log "$name: the end of $dir/client.log:"
     tail -n 10 "$dir/client.log" >&2 || true
     die "$name: $*"
+  }
+  # cri_last <args...>: cri, with its errors also in $dir/last.err for start_race_or_fail.
+  cri_last() {
+    local status=0
+    "$CRICTL" --config "$dir/crictl.yaml" "$@" 2>"$dir/last.err" || status=$?
+    cat "$dir/last.err" >>"$dir/client.log"
+    return "$status"
+  }
+  # start_race_or_fail <attempt> <message>: returns when the failed start (its error in
+  # $dir/last.err) was START_RACE and attempts remain, so the caller tries again as kubelet
+  # would; fails otherwise.
+  start_race_or_fail() {
+    if (($1 < 3)) && grep -qF "$START_RACE" "$dir/last.err"; then
+      log "$name: a start hit the race of youki's libcontainer 0.6 (attempt $1 of 3); trying again"
+      return 0
+    fi
+    fail "$2: $(tail -n 1 "$dir/last.err")"
   }
   container_state() { cri inspect -o go-template --template '{{.status.state}} {{.status.exitCode}}' "$1"; }
 
@@ -278,14 +320,20 @@ JSON
     cat >"$dir/$pod-container.json" <<JSON
 {"metadata": {"name": "$pod"}, "image": {"image": "$image"}, "log_path": "$pod.log", "envs": $envs}
 JSON
-    local sandbox container
-    sandbox="$(cri runp --runtime "$HANDLER" "$dir/$pod-pod.json")" \
-      || fail "the $pod pod's sandbox did not start on handler $HANDLER"
+    local n sandbox container
+    for n in 1 2 3; do
+      sandbox="$(cri_last runp --runtime "$HANDLER" "$dir/$pod-pod.json")" && break
+      start_race_or_fail "$n" "the $pod pod's sandbox did not start on handler $HANDLER"
+    done
     echo "$sandbox" >>"$dir/ids"
-    container="$(cri create "$sandbox" "$dir/$pod-container.json" "$dir/$pod-pod.json")" \
-      || fail "creating the $pod container failed"
-    echo "$container" >>"$dir/ids"
-    cri start "$container" >/dev/null || fail "starting the $pod container failed"
+    for n in 1 2 3; do
+      container="$(cri create "$sandbox" "$dir/$pod-container.json" "$dir/$pod-pod.json")" \
+        || fail "creating the $pod container failed"
+      echo "$container" >>"$dir/ids"
+      cri_last start "$container" >/dev/null && break
+      start_race_or_fail "$n" "starting the $pod container failed"
+      cri rm "$container" >/dev/null || fail "removing the $pod container that did not start failed"
+    done
     echo "$container"
   }
 
