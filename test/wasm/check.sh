@@ -226,7 +226,7 @@ stop_containerd() {
 }
 
 # Two places outside the temporary directories are fixed, whatever the config says: the shims'
-# sockets in /run/containerd/s (containerd 1.x) and the shim library's container state in
+# sockets in /run/containerd/s (the shim library puts them there) and its container state in
 # /run/containerd/wasmtime/<namespace> (a node's shim uses the same). What of them this run
 # creates is removed at the end, once empty (parents first here, so last there).
 youki_root="/run/containerd/$HANDLER"
