@@ -243,11 +243,22 @@ impl<C: Cluster> Installer<C> {
                     self.patch_labels(keys, None, &mut labels).await?;
                 }
             }
-            return Ok(self.outcome(desired, &selected, &state, &labels, steps, false, &[]));
+            return Ok(self.outcome(desired, &selected, &state, &labels, steps, false, &[], &[]));
         }
 
         let facts = self.gather(desired, selected, node_hash, arch, &state)?;
         let input = self.plan_input(&facts, &state, &labels)?;
+        let waiting: Vec<String> = input
+            .gone
+            .iter()
+            .filter(|gone| gone.linked && gone.in_use > 0)
+            .map(|gone| {
+                format!(
+                    "shim {} stays while {} pod(s) of its runtime handler run",
+                    gone.name, gone.in_use
+                )
+            })
+            .collect();
         let steps = plan(&input);
         if steps.iter().any(mutates) {
             self.preflight(&facts.config)?;
@@ -334,6 +345,7 @@ impl<C: Cluster> Installer<C> {
             steps,
             restarted,
             &retained,
+            &waiting,
         ))
     }
 
@@ -525,9 +537,20 @@ impl<C: Cluster> Installer<C> {
                 .info(&link)
                 .map_err(|err| InstallerError::host("inspect", &link, err))?
                 .is_some();
+            let in_use = match facts.handler_of(name, state) {
+                Some(handler) if linked => host
+                    .sandboxes_with_handler(&handler)
+                    .map_err(|message| InstallerError::Command {
+                        command: "crictl pods".into(),
+                        message,
+                    })?
+                    .unwrap_or(0),
+                _ => 0,
+            };
             gone.push(GoneFacts {
                 name: name.clone(),
                 linked,
+                in_use,
             });
         }
         let txn = state.config.as_ref();
@@ -818,17 +841,10 @@ impl<C: Cluster> Installer<C> {
     fn write_config(&mut self, plan: &Plan) -> Result<(), InstallerError> {
         let host = self.host.clone();
         for backup in &plan.backups {
-            if let Some(content) = host
-                .read_bytes(&backup.source)
-                .map_err(|err| InstallerError::host("read", &backup.source, err))?
-            {
-                let mode = mode_of(&*host, &backup.source);
-                host.write_file(&backup.destination, &content, mode)
-                    .map_err(|err| {
-                        InstallerError::host("write backup", &backup.destination, err)
-                    })?;
-                self.checkpoint()?;
-            }
+            let mode = mode_of(&*host, &backup.source);
+            host.write_file(&backup.destination, backup.content.as_bytes(), mode)
+                .map_err(|err| InstallerError::host("write backup", &backup.destination, err))?;
+            self.checkpoint()?;
         }
         for write in &plan.writes {
             if let Some(parent) = write.path.parent() {
@@ -1208,6 +1224,7 @@ impl<C: Cluster> Installer<C> {
         steps: Vec<Step>,
         restarted: bool,
         retained: &[String],
+        waiting: &[String],
     ) -> Outcome {
         let mut shims = Vec::new();
         for (shim, hash) in selected {
@@ -1253,8 +1270,15 @@ impl<C: Cluster> Installer<C> {
                 "a containerd configuration change is in flight".into(),
             )
         } else if selected.is_empty() {
-            let clean = state.ownership.is_empty() && our_labels.is_empty();
-            let message = if clean {
+            // Files a running pod still needs keep an uninstall from being done: containerd
+            // needs them to stop and remove that pod.
+            let clean = state.ownership.is_empty() && our_labels.is_empty() && waiting.is_empty();
+            let message = if !waiting.is_empty() {
+                format!(
+                    "removing the installer's configuration; {}",
+                    waiting.join("; ")
+                )
+            } else if clean {
                 if retained.is_empty() {
                     "clean: nothing of the installer is left on this node".to_string()
                 } else {
@@ -1271,7 +1295,7 @@ impl<C: Cluster> Installer<C> {
             let verified = shims.iter().all(|s| s.phase == Phase::Active);
             let ready = verified && all_labelled;
             let message = if ready {
-                format!(
+                let mut message = format!(
                     "{} shim(s) verified: {}",
                     selected.len(),
                     selected
@@ -1279,7 +1303,12 @@ impl<C: Cluster> Installer<C> {
                         .map(|(s, _)| s.handler.as_str())
                         .collect::<Vec<_>>()
                         .join(", ")
-                )
+                );
+                for note in waiting {
+                    message.push_str("; ");
+                    message.push_str(note);
+                }
+                message
             } else {
                 "shims not verified yet".to_string()
             };

@@ -42,6 +42,8 @@ pub struct GoneFacts {
     pub name: String,
     /// Its stable symlink still exists.
     pub linked: bool,
+    /// Pod sandboxes that still use its handler: its files stay until they are removed.
+    pub in_use: usize,
 }
 
 /// Everything the plan depends on.
@@ -195,7 +197,7 @@ pub fn plan(input: &PlanInput) -> Vec<Step> {
     }
 
     for gone in &input.gone {
-        if gone.linked {
+        if gone.linked && gone.in_use == 0 {
             steps.push(Step::Unlink(gone.name.clone()));
         }
     }
@@ -306,6 +308,7 @@ mod tests {
             gone: vec![GoneFacts {
                 name: "wasmtime".into(),
                 linked: true,
+                in_use: 0,
             }],
             labels: BTreeMap::from([label("spin"), label("wasmtime")]),
             config_changed: true,
@@ -324,6 +327,22 @@ mod tests {
                 Step::CollectGarbage,
             ]
         );
+        // While pods of its handler run, the shim's files stay (containerd needs them to stop
+        // those pods); its configuration and label go all the same.
+        let busy = PlanInput {
+            gone: vec![GoneFacts {
+                in_use: 2,
+                ..input.gone[0].clone()
+            }],
+            ..input
+        };
+        let steps = plan(&busy);
+        assert_eq!(steps[0], Step::RemoveLabels(vec![ready_label("wasmtime")]));
+        assert!(
+            !steps.iter().any(|s| matches!(s, Step::Unlink(_))),
+            "{steps:?}"
+        );
+        assert!(steps.contains(&Step::RestartAndVerify));
     }
 
     #[test]

@@ -355,11 +355,7 @@ fn runtimes() -> Vec<RuntimeEntry> {
 /// real binary, rolling back on failure.
 fn apply_and_validate(root: &HostRoot, plan: &Plan, binary: &Path) -> Result<(), ConfigError> {
     for backup in &plan.backups {
-        std::fs::copy(
-            root.resolve(&backup.source),
-            root.resolve(&backup.destination),
-        )
-        .unwrap();
+        std::fs::write(root.resolve(&backup.destination), &backup.content).unwrap();
     }
     for write in &plan.writes {
         let path = root.resolve(&write.path);

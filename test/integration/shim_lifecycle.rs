@@ -133,9 +133,17 @@ impl Fixture {
         managed_resource::decode_secret(&secret).expect("decode bundle")
     }
 
+    /// The desired set the DaemonSet's pod template mounts (a content-named ConfigMap).
     async fn shoot_desired(&self) -> Option<DesiredShims> {
+        let template = self.daemon_set().await?.spec?.template.spec?;
+        let name = template
+            .volumes?
+            .into_iter()
+            .find(|v| v.name == "desired")?
+            .config_map?
+            .name;
         let cm = Api::<ConfigMap>::namespaced(self.shoot.clone(), "kube-system")
-            .get_opt(INSTALLER)
+            .get_opt(&name)
             .await
             .expect("get CM")?;
         let text = cm.data?.get("desired-shims.json")?.clone();
@@ -193,12 +201,19 @@ async fn bundle_reaches_the_shoot_and_passes_gardenlets_check() {
     let mr = f.managed_resource().await.expect("ManagedResource");
     assert_eq!(mr.labels().get("origin").map(String::as_str), Some(ORIGIN));
     assert_eq!(mr.spec.class, None);
+    let kinds = objects::kinds(&f.bundle().await);
+    // The desired set's ConfigMap is named by its content.
+    let config_map = kinds
+        .iter()
+        .find(|k| k.starts_with("ConfigMap/containerd-shim-installer-"))
+        .cloned()
+        .unwrap_or_else(|| panic!("no desired-set ConfigMap in {kinds:?}"));
     assert_eq!(
-        objects::kinds(&f.bundle().await),
+        kinds,
         [
             "ClusterRole/extensions.gardener.cloud:containerd-shim:installer",
             "ClusterRoleBinding/extensions.gardener.cloud:containerd-shim:installer",
-            "ConfigMap/containerd-shim-installer",
+            config_map.as_str(),
             "DaemonSet/containerd-shim-installer",
             "Role/containerd-shim-installer",
             "RoleBinding/containerd-shim-installer",

@@ -10,6 +10,8 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod disruption;
 mod install;
+mod removal;
 mod rollout;
 mod scenario;

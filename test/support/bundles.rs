@@ -96,3 +96,19 @@ pub async fn wait_runtime_class(shoot: &Client, name: &str) {
     )
     .await;
 }
+
+/// Polls until the RuntimeClass `name` is gone from the shoot.
+pub async fn wait_runtime_class_gone(shoot: &Client, name: &str) {
+    let api: Api<RuntimeClass> = Api::all(shoot.clone());
+    poll::until(
+        &format!("RuntimeClass {name} to be gone"),
+        poll::DEFAULT_TIMEOUT,
+        || async {
+            match api.get_opt(name).await.map_err(|e| e.to_string())? {
+                None => Ok(()),
+                Some(_) => Err("still there".to_string()),
+            }
+        },
+    )
+    .await;
+}

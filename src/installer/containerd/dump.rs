@@ -127,11 +127,6 @@ impl Validation {
                 .chain(&self.absent)
                 .map(|runtime| runtime.handler.clone())
                 .collect(),
-            files: self
-                .our_files
-                .iter()
-                .map(|path| path.display().to_string())
-                .collect(),
         };
         ensure_only_ours_changed(&self.config, &before, &after, &ours)
     }

@@ -68,12 +68,14 @@ pub struct FileDelete {
     pub previous: String,
 }
 
-/// Copy `source` to `destination` before writing `source`.
+/// Write `content`, the file `source` as it was before our first edit, to `destination`
+/// before writing `source`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Backup {
     pub source: PathBuf,
     pub destination: PathBuf,
+    pub content: String,
 }
 
 /// A transient file validation needs (a predicted template render, or a main file that imports
@@ -99,9 +101,6 @@ pub struct Validation {
     pub present: Vec<ExpectedRuntime>,
     /// Runtimes of ours that must be gone.
     pub absent: Vec<ExpectedRuntime>,
-    /// Files of ours (containerd 1.x lists imported files in its dump).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub our_files: Vec<PathBuf>,
     /// `containerd config dump` of the configuration as it was before the change, when taken:
     /// the candidate must not differ from it in anything that is not ours.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -367,14 +366,22 @@ fn assemble(
         owned.backup = before_us.is_some_and(|p| p.backup);
         match (&outcome.before, &outcome.after) {
             (before, Some(after)) if before.as_deref() != Some(after.as_str()) => {
-                // The backup is the file as it was before our first edit: taken once, never
-                // overwritten by later edits (they would copy our own tables into it).
-                let first_edit = before_us.is_none_or(OwnedFile::is_empty);
-                if before.is_some() && !owned.created && first_edit && !owned.is_empty() {
-                    backups.push(Backup {
-                        source: outcome.path.clone(),
-                        destination: suffixed(&outcome.path, BACKUP_SUFFIX),
-                    });
+                // The backup holds the file as it was before our first edit (the recorded
+                // original), whatever happened since: later edits never copy our own tables
+                // into it, and a backup lost to an interrupted first edit is written again.
+                if let Some(original) = owned
+                    .original
+                    .as_ref()
+                    .filter(|_| before.is_some() && !owned.created && !owned.is_empty())
+                {
+                    let destination = suffixed(&outcome.path, BACKUP_SUFFIX);
+                    if read_host(host, &destination).ok().flatten().as_ref() != Some(original) {
+                        backups.push(Backup {
+                            source: outcome.path.clone(),
+                            destination,
+                            content: original.clone(),
+                        });
+                    }
                     owned.backup = true;
                 }
                 writes.push(FileWrite {
@@ -389,14 +396,21 @@ fn assemble(
             }),
             _ => {}
         }
-        if owned.backup && owned.is_empty() {
-            // Nothing of ours is left in the file: its backup goes with us.
+        if owned.is_empty() {
+            // Nothing of ours is left in the file: its backup goes with us. Without a record
+            // of it (a lost state file), a backup that means what the file means now is ours.
             let backup = suffixed(&outcome.path, BACKUP_SUFFIX);
             if let Ok(Some(content)) = read_host(host, &backup) {
-                deletes.push(FileDelete {
-                    path: backup,
-                    previous: content,
-                });
+                let ours = owned.backup
+                    || outcome.after.as_deref().is_some_and(|after| {
+                        same_document(&outcome.role, &outcome.path, &content, after)
+                    });
+                if ours {
+                    deletes.push(FileDelete {
+                        path: backup,
+                        previous: content,
+                    });
+                }
             }
             owned.backup = false;
         }
@@ -411,7 +425,6 @@ fn assemble(
             .find(|o| o.path == path)
             .is_none_or(|o| o.after.is_some())
     };
-    let our_files: Vec<PathBuf> = outcomes.iter().map(|o| o.path.clone()).collect();
     let validation = match base {
         _ if !changed => None,
         Base::Dump(config) if exists_after(&config) => Some(Validation {
@@ -420,7 +433,6 @@ fn assemble(
             scratch: None,
             present,
             absent,
-            our_files,
             baseline: None,
         }),
         Base::Scratch(scratch) => Some(Validation {
@@ -429,7 +441,6 @@ fn assemble(
             scratch: Some(scratch),
             present,
             absent,
-            our_files,
             baseline: None,
         }),
         _ => None,

@@ -311,6 +311,26 @@ impl NodeHost {
 /// The evidence of a verification through the CRI (crictl is on the host).
 const CRICTL_EVIDENCE: &str = "crictl info";
 
+/// `crictl pods -o json`: the sandboxes whose runtime handler is `handler`.
+pub(crate) fn count_sandboxes(json: &str, handler: &str) -> Result<usize, String> {
+    let value: serde_json::Value =
+        serde_json::from_str(json).map_err(|err| format!("`crictl pods` is not JSON: {err}"))?;
+    Ok(value
+        .get("items")
+        .and_then(serde_json::Value::as_array)
+        .map(|items| {
+            items
+                .iter()
+                .filter(|item| {
+                    item.get("runtimeHandler")
+                        .and_then(serde_json::Value::as_str)
+                        == Some(handler)
+                })
+                .count()
+        })
+        .unwrap_or(0))
+}
+
 /// `crictl info`: the runtime is ready and the CRI config lists our runtimes as written.
 pub(crate) fn check_cri_info(json: &str, runtimes: &[ExpectedRuntime]) -> Result<(), String> {
     let value: serde_json::Value =
@@ -404,6 +424,28 @@ impl Host for NodeHost {
         scan_proc(&self.config.proc_dir)
     }
 
+    fn sandboxes_with_handler(&self, handler: &str) -> Result<Option<usize>, String> {
+        let endpoint = self.config.cri_endpoint.as_str();
+        match self.run(&[
+            "crictl",
+            "--runtime-endpoint",
+            endpoint,
+            "pods",
+            "-o",
+            "json",
+        ]) {
+            Ok(output) if output.status.success() => {
+                count_sandboxes(&String::from_utf8_lossy(&output.stdout), handler).map(Some)
+            }
+            Ok(output) => Err(format!(
+                "`crictl pods` failed: {}",
+                String::from_utf8_lossy(&output.stderr).trim()
+            )),
+            Err(err) if err.contains("cannot start") => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
+
     fn containerd_version(&self) -> Result<String, String> {
         self.run_ok(&[self.config.containerd_binary.as_str(), "--version"])
     }
@@ -492,6 +534,16 @@ pub(crate) fn scan_proc(proc_dir: &Path) -> io::Result<Vec<RunningExe>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_the_sandboxes_of_a_handler() {
+        let json = r#"{"items":[{"id":"a","runtimeHandler":"crun"},{"id":"b","runtimeHandler":""},
+                                {"id":"c","runtimeHandler":"crun"}]}"#;
+        assert_eq!(count_sandboxes(json, "crun"), Ok(2));
+        assert_eq!(count_sandboxes(json, "spin"), Ok(0));
+        assert_eq!(count_sandboxes("{}", "crun"), Ok(0));
+        assert!(count_sandboxes("nope", "crun").is_err());
+    }
 
     #[test]
     fn reads_cri_info() {
