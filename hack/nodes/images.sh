@@ -9,13 +9,16 @@
 #   workload.tar    a test workload: Debian's busybox with all its applets
 #   payload-crun.tar  the crun payload: crun (built from Debian's source) at /payload/crun
 #   payload-broken.tar  shim binaries that cannot run here (for tests of a failing rollout)
+#   payload-wasmtime.tar, wasm-hello.tar, wasm-http.tar  the Wasm shim and two Wasm
+#                   workloads (hack/nodes/wasm-images.sh)
 #
 #   hack/nodes/images.sh OUT_DIR
 #
 # Every image is tagged by its content, so a changed build is a new reference. OUT_DIR also gets
 # images.env (the references, for tests and scripts), pause.ref (imported under each node's
-# sandbox image name) and images-overwrite.yaml: the IMAGEVECTOR_OVERWRITE file that points the
-# controller at these images instead of the published ones. `make images` builds the published
+# sandbox image name), images-overwrite.yaml: the IMAGEVECTOR_OVERWRITE file that points the
+# controller at these images instead of the published ones, and catalog-overlay.yaml: the
+# SHIM_CATALOG_OVERLAY that offers the Wasm test shim as a wasmtime version. `make images` builds the published
 # images with docker instead; this needs neither docker nor a registry.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -87,6 +90,11 @@ broken_ref="$("$archive" --tag local.test/containerd-shim-payload/broken --out "
   --file "$work/containerd-shim-broken-v1=/payload/containerd-shim-broken-v1:0755" \
   --file "$work/containerd-shim-fails-v1=/payload/containerd-shim-fails-v1:0755")"
 
+# The Wasm shim and workloads (hack/nodes/wasm-images.sh writes wasm.env).
+"$repo/hack/nodes/wasm-images.sh" "$out"
+# shellcheck source=/dev/null
+source "$out/wasm.env"
+
 printf '%s\n' "$pause_ref" >"$out/pause.ref"
 cat >"$out/images.env" <<ENV
 INSTALLER_IMAGE=$installer_ref
@@ -94,6 +102,10 @@ PAUSE_IMAGE=$pause_ref
 WORKLOAD_IMAGE=$workload_ref
 CRUN_PAYLOAD_IMAGE=$crun_ref
 BROKEN_PAYLOAD_IMAGE=$broken_ref
+WASMTIME_PAYLOAD_IMAGE=$WASMTIME_PAYLOAD_IMAGE
+WASM_HELLO_IMAGE=$WASM_HELLO_IMAGE
+WASM_HTTP_IMAGE=$WASM_HTTP_IMAGE
+WASM_HTTP_PORT=$WASM_HTTP_PORT
 ENV
 
 # IMAGEVECTOR_OVERWRITE for the controller: the same names as charts/images.yaml.
@@ -106,5 +118,20 @@ images:
   - name: containerd-shim-crun
     repository: ${crun_ref%:*}
     tag: ${crun_ref##*:}
+  - name: containerd-shim-wasmtime-local
+    repository: ${WASMTIME_PAYLOAD_IMAGE%:*}
+    tag: ${WASMTIME_PAYLOAD_IMAGE##*:}
+YAML
+
+# SHIM_CATALOG_OVERLAY for the controller: the catalog's wasmtime entry gets the locally built
+# test shim as a version of its own (and its default), the way an operator adds a build.
+cat >"$out/catalog-overlay.yaml" <<YAML
+# Written by hack/nodes/images.sh: the Wasm test shim of test/wasm/shim as a wasmtime version.
+shims:
+  wasmtime:
+    defaultVersion: local
+    versions:
+      local:
+        image: containerd-shim-wasmtime-local
 YAML
 log "images in $out: $installer_ref $pause_ref $workload_ref $crun_ref $broken_ref"

@@ -384,12 +384,15 @@ impl<C: Cluster> Installer<C> {
                 .first()
                 .map(|b| b.name.clone())
                 .unwrap_or_default();
-            runtimes.push(RuntimeEntry::from_desired(
-                shim,
-                &layout.runtime_path(&shim.name, &first),
-                &layout.config_dir(&shim.name),
-                &layout.bin_dir(&shim.name),
-            )?);
+            runtimes.push(
+                RuntimeEntry::from_desired(
+                    shim,
+                    &layout.runtime_path(&shim.name, &first),
+                    &layout.config_dir(&shim.name),
+                    &layout.bin_dir(&shim.name),
+                )?
+                .for_containerd(containerd),
+            );
             specs.push(spec);
         }
         let mut config = if runtimes.is_empty() {

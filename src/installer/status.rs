@@ -159,3 +159,41 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod failure_tests {
+    use super::*;
+
+    #[test]
+    fn failures_name_the_failed_shims_or_the_node() {
+        let mut status = NodeStatus::error(Mode::Install, "the CRI plugin is disabled".into());
+        assert_eq!(
+            status.failures(),
+            BTreeMap::from([(NODE_FAILURE.to_string(), "the CRI plugin is disabled".into())])
+        );
+        status.run_failed = false;
+        status.shims = vec![
+            ShimStatus {
+                name: "crun".into(),
+                handler: "crun".into(),
+                phase: Phase::Active,
+                version: None,
+                verified_at: None,
+                error: None,
+            },
+            ShimStatus {
+                name: "broken".into(),
+                handler: "broken".into(),
+                phase: Phase::Failed,
+                version: None,
+                verified_at: None,
+                error: Some("x".repeat(FAILURE_MESSAGE_MAX + 10)),
+            },
+        ];
+        let failures = status.failures();
+        assert_eq!(failures.keys().collect::<Vec<_>>(), ["broken"]);
+        assert_eq!(failures["broken"].chars().count(), FAILURE_MESSAGE_MAX + 3);
+        status.shims.pop();
+        assert!(status.failures().is_empty());
+    }
+}

@@ -15,3 +15,4 @@ mod install;
 mod removal;
 mod rollout;
 mod scenario;
+mod wasm;

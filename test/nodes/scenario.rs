@@ -46,12 +46,15 @@ impl Scenario {
     pub async fn start(test: &str) -> Scenario {
         let c = Clusters::connect().await;
         let nodes = RealNodes::load(&c.env);
-        let overwrite = nodes.image_vector_overwrite();
-        let overwrite = overwrite.display().to_string();
+        let overwrite = nodes.image_vector_overwrite().display().to_string();
+        let overlay = nodes.catalog_overlay().display().to_string();
         let controller = process::start_controller_with_env(
             &c,
             &["--healthcheck-period=3s"],
-            &[("IMAGEVECTOR_OVERWRITE", overwrite.as_str())],
+            &[
+                ("IMAGEVECTOR_OVERWRITE", overwrite.as_str()),
+                ("SHIM_CATALOG_OVERLAY", overlay.as_str()),
+            ],
         )
         .await;
         remove_leftovers(&c).await;
@@ -215,6 +218,109 @@ impl Scenario {
         .await;
         self.wait_pod_running(&name).await;
         name
+    }
+
+    /// Creates a pod from its spec on `node` (a restart policy of OnFailure, no service account
+    /// token) and returns its name.
+    pub async fn create_pod(&self, node: &RealNode, prefix: &str, spec: Value) -> String {
+        let name = support::unique_name(&format!("{prefix}-{}", node.name));
+        let mut spec = spec;
+        spec["nodeSelector"] = json!({"kubernetes.io/hostname": node.name});
+        spec["automountServiceAccountToken"] = json!(false);
+        spec["terminationGracePeriodSeconds"] = json!(1);
+        if spec.get("restartPolicy").is_none() {
+            spec["restartPolicy"] = json!("OnFailure");
+        }
+        let pod: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": self.workloads},
+            "spec": spec
+        }))
+        .expect("pod");
+        let pods: Api<Pod> = Api::namespaced(self.c.shoot.clone(), &self.workloads);
+        poll::until(
+            &format!("pod {name} created"),
+            poll::DEFAULT_TIMEOUT,
+            || async {
+                match pods.create(&PostParams::default(), &pod).await {
+                    Ok(_) => Ok(()),
+                    Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+                    Err(e) => Err(e.to_string()),
+                }
+            },
+        )
+        .await;
+        name
+    }
+
+    /// The pod's IP once it has one.
+    pub async fn pod_ip(&self, name: &str) -> std::net::IpAddr {
+        let pods: Api<Pod> = Api::namespaced(self.c.shoot.clone(), &self.workloads);
+        poll::until(
+            &format!("pod {name} to have an IP"),
+            NODE_TIMEOUT,
+            || async {
+                let pod = pods.get(name).await.map_err(|e| e.to_string())?;
+                pod.status
+                    .and_then(|s| s.pod_ip)
+                    .and_then(|ip| ip.parse().ok())
+                    .ok_or_else(|| "no IP yet".to_string())
+            },
+        )
+        .await
+    }
+
+    /// Polls the pod's log until it contains `line`.
+    pub async fn wait_log_line(&self, name: &str, line: &str) {
+        poll::until(
+            &format!("{line:?} in the log of {name}"),
+            NODE_TIMEOUT,
+            || async {
+                let pods: Api<Pod> = Api::namespaced(self.c.shoot.clone(), &self.workloads);
+                let logs = pods
+                    .logs(name, &Default::default())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if logs.contains(line) {
+                    Ok(())
+                } else {
+                    Err(logs)
+                }
+            },
+        )
+        .await;
+    }
+
+    /// Deletes the test's workload pods but `keep`, and waits until they are gone.
+    pub async fn delete_workloads_except(&self, keep: &[String]) {
+        let pods: Api<Pod> = Api::namespaced(self.c.shoot.clone(), &self.workloads);
+        let doomed: Vec<String> = pods
+            .list(&ListParams::default())
+            .await
+            .expect("list pods")
+            .into_iter()
+            .map(|p| p.name_any())
+            .filter(|name| !keep.contains(name))
+            .collect();
+        for name in &doomed {
+            let _ = pods.delete(name, &DeleteParams::default()).await;
+        }
+        poll::until("the workload pods to be gone", NODE_TIMEOUT, || async {
+            let left: Vec<String> = pods
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .map(|p| p.name_any())
+                .filter(|name| doomed.contains(name))
+                .collect();
+            if left.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{left:?}"))
+            }
+        })
+        .await;
     }
 
     pub async fn wait_pod_running(&self, name: &str) {

@@ -31,11 +31,20 @@ pub fn free_port() -> u16 {
 /// `GET http://127.0.0.1:<port><path>`: status and body, or why there is none. A blocking
 /// socket on a blocking thread keeps the test free of an HTTP client dependency.
 pub async fn http_get(port: u16, path: &str) -> Result<(u16, String), String> {
+    http_get_at(std::net::IpAddr::from([127, 0, 0, 1]), port, path).await
+}
+
+/// `GET http://<ip>:<port><path>`: status and body, or why there is none.
+pub async fn http_get_at(
+    ip: std::net::IpAddr,
+    port: u16,
+    path: &str,
+) -> Result<(u16, String), String> {
     let path = path.to_string();
     let exchange = move || -> Result<(u16, String), String> {
         use std::io::{Read, Write};
         let timeout = Some(Duration::from_secs(5));
-        let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        let address = std::net::SocketAddr::from((ip, port));
         let mut stream = std::net::TcpStream::connect_timeout(&address, Duration::from_secs(5))
             .map_err(|e| e.to_string())?;
         stream
@@ -44,8 +53,7 @@ pub async fn http_get(port: u16, path: &str) -> Result<(u16, String), String> {
         stream
             .set_write_timeout(timeout)
             .map_err(|e| e.to_string())?;
-        let request =
-            format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+        let request = format!("GET {path} HTTP/1.1\r\nHost: {ip}\r\nConnection: close\r\n\r\n");
         stream
             .write_all(request.as_bytes())
             .map_err(|e| e.to_string())?;

@@ -86,6 +86,11 @@ impl RealNodes {
         self.images_dir.join("images-overwrite.yaml")
     }
 
+    /// The `SHIM_CATALOG_OVERLAY` file that offers the locally built test shims.
+    pub fn catalog_overlay(&self) -> PathBuf {
+        self.images_dir.join("catalog-overlay.yaml")
+    }
+
     pub fn node(&self, name: &str) -> &RealNode {
         self.nodes
             .iter()

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::desired_shims::{BIN_DIR_PLACEHOLDER, CONFIG_DIR_PLACEHOLDER, DesiredShim, OptionValue};
 
+use super::daemon_version::ContainerdVersion;
 use super::error::ConfigError;
 
 /// The key of a runtime table that holds the path of our managed binary. Its value is also how
@@ -129,6 +130,35 @@ impl RuntimeEntry {
         Ok(entry)
     }
 
+    /// This entry as `containerd` can use it. containerd before 1.7 hands a shim other than runc
+    /// only the options `TypeUrl` and `ConfigPath` (its CRI decodes the table into those two
+    /// fields and drops the rest); an options table without them reaches the shim as an empty
+    /// body, which shims that expect their own options (runwasi's) refuse, failing every pod.
+    /// So there the other options are left out: they could not take effect anyway.
+    pub fn for_containerd(mut self, containerd: ContainerdVersion) -> RuntimeEntry {
+        let passes_everything = self.runtime_type.starts_with("io.containerd.runc.")
+            || (containerd.major, containerd.minor) >= (1, 7);
+        if !passes_everything {
+            let dropped: Vec<String> = self
+                .options
+                .keys()
+                .filter(|key| !GENERIC_OPTIONS.contains(&key.as_str()))
+                .cloned()
+                .collect();
+            if !dropped.is_empty() {
+                tracing::info!(
+                    handler = %self.handler,
+                    %containerd,
+                    ?dropped,
+                    "containerd before 1.7 cannot pass these options to the shim; leaving them out"
+                );
+            }
+            self.options
+                .retain(|key, _| GENERIC_OPTIONS.contains(&key.as_str()));
+        }
+        self
+    }
+
     /// Checks what containerd and Kubernetes require of these values.
     pub fn validate(&self) -> Result<(), ConfigError> {
         validate_handler(&self.handler)?;
@@ -195,6 +225,9 @@ impl RuntimeEntry {
         out
     }
 }
+
+/// The options containerd's CRI hands to any shim (`runtimeoptions.Options`).
+const GENERIC_OPTIONS: &[&str] = &["TypeUrl", "ConfigPath"];
 
 /// A RuntimeClass handler must be a DNS-1123 label, and the same string is our table key.
 pub fn validate_handler(handler: &str) -> Result<(), ConfigError> {
@@ -371,5 +404,39 @@ mod tests {
         let err = RuntimeEntry::from_desired(&gvisor(), bad, Path::new("/c"), Path::new("/b"))
             .unwrap_err();
         assert!(matches!(err, ConfigError::NonUtf8Path { .. }), "{err}");
+    }
+
+    #[test]
+    fn containerd_before_1_7_gets_only_the_options_it_can_pass() {
+        let entry = |runtime_type: &str| RuntimeEntry {
+            handler: "h".into(),
+            runtime_type: runtime_type.into(),
+            runtime_path: "/opt/h".into(),
+            managed_key: ManagedKey::RuntimePath,
+            pod_annotations: vec![],
+            privileged_without_host_devices: false,
+            options: BTreeMap::from([
+                ("SystemdCgroup".into(), OptionValue::Bool(true)),
+                ("ConfigPath".into(), OptionValue::String("/x.toml".into())),
+            ]),
+        };
+        let c16 = ContainerdVersion::new(1, 6, 20);
+        let wasm = entry("io.containerd.wasmtime.v1").for_containerd(c16);
+        assert_eq!(wasm.options.keys().collect::<Vec<_>>(), ["ConfigPath"]);
+        // runc's shim decodes all of its options, and 1.7 and 2.x pass the whole table.
+        let runc = entry("io.containerd.runc.v2").for_containerd(c16);
+        assert_eq!(runc.options.len(), 2);
+        for newer in [
+            ContainerdVersion::new(1, 7, 0),
+            ContainerdVersion::new(2, 3, 7),
+        ] {
+            assert_eq!(
+                entry("io.containerd.wasmtime.v1")
+                    .for_containerd(newer)
+                    .options
+                    .len(),
+                2
+            );
+        }
     }
 }
