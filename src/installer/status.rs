@@ -169,7 +169,10 @@ mod failure_tests {
         let mut status = NodeStatus::error(Mode::Install, "the CRI plugin is disabled".into());
         assert_eq!(
             status.failures(),
-            BTreeMap::from([(NODE_FAILURE.to_string(), "the CRI plugin is disabled".into())])
+            BTreeMap::from([(
+                NODE_FAILURE.to_string(),
+                "the CRI plugin is disabled".into()
+            )])
         );
         status.run_failed = false;
         status.shims = vec![

@@ -506,3 +506,30 @@ fn the_default_runtime_of_a_file_without_runtimes_survives_on_containerd_1() {
         }
     }
 }
+
+/// containerd 1.6.0–1.6.20 ignore `runtime_path`: there the shim's path is its runtime type,
+/// and the real containerd 1.6 accepts and shows it where the CRI plugin reads it.
+#[test]
+fn the_shim_path_as_runtime_type_passes_containerd_1_6() {
+    let binary = containerd(1);
+    let version = ContainerdVersion::new(1, 6, 20);
+    let dir = tempfile::tempdir().unwrap();
+    let root = HostRoot::new(dir.path());
+    let main = root.resolve(Path::new("/etc/containerd/config.toml"));
+    std::fs::create_dir_all(main.parent().unwrap()).unwrap();
+    std::fs::write(&main, "version = 2\n").unwrap();
+    let runtimes: Vec<RuntimeEntry> = runtimes()
+        .into_iter()
+        .map(|r| r.for_containerd(version))
+        .collect();
+    assert_eq!(runtimes[0].managed_key, ManagedKey::RuntimeType);
+    let target = locate(&root, version, None).unwrap();
+    let plan = plan_install(&root, &target, &runtimes, &Ownership::default()).unwrap();
+    apply_and_validate(&root, &plan, &binary).unwrap_or_else(|err| panic!("{err}"));
+    let text = std::fs::read_to_string(&main).unwrap();
+    assert!(
+        text.contains("runtime_type = \"/var/lib/containerd-shim/bin/containerd-shim-spin-v2\""),
+        "{text}"
+    );
+    assert!(!text.contains("runtime_path"), "{text}");
+}

@@ -74,5 +74,6 @@ async fn killing_the_installer_or_restarting_containerd_and_the_kubelet_mid_inst
         let pod = s.run_pod(node, Some("crun"), "sleep 3600").await;
         assert!(!s.container_id(&pod).await.is_empty());
     }
+    s.delete_workloads_except(&[]).await;
     s.delete().await;
 }

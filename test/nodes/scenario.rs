@@ -363,6 +363,29 @@ impl Scenario {
     }
 }
 
+/// When a test fails, the installers' own logs are what explains it: printed from the nodes'
+/// pod log files (the API server may be gone by then).
+impl Drop for Scenario {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        for node in &self.nodes.nodes {
+            for (file, content) in node.tree("/var/log/pods") {
+                if file.starts_with("kube-system_containerd-shim-installer-") {
+                    let text = String::from_utf8_lossy(&content);
+                    let lines: Vec<&str> = text.lines().collect();
+                    let tail = lines[lines.len().saturating_sub(40)..].join("\n");
+                    eprintln!(
+                        "----- {}: /var/log/pods/{file} (last 40 lines) -----\n{tail}",
+                        node.name
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// An installer pod as the DaemonSet rollout sees it.
 #[derive(Clone, Debug)]
 pub struct InstallerPod {
@@ -415,14 +438,19 @@ impl Scenario {
             .collect()
     }
 
-    /// The desired-set digest of the DaemonSet's current pod template.
+    /// The desired-set digest of the DaemonSet's current pod template, once
+    /// gardener-resource-manager has applied the DaemonSet.
     pub async fn current_desired_sha256(&self) -> String {
         let daemon_sets: Api<k8s_openapi::api::apps::v1::DaemonSet> =
             Api::namespaced(self.c.shoot.clone(), "kube-system");
-        let ds = daemon_sets
-            .get("containerd-shim-installer")
-            .await
-            .expect("get the installer DaemonSet");
+        let ds = poll::until("the installer DaemonSet", poll::DEFAULT_TIMEOUT, || async {
+            daemon_sets
+                .get_opt("containerd-shim-installer")
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "not applied yet".to_string())
+        })
+        .await;
         ds.spec
             .and_then(|s| s.template.spec)
             .map(|s| s.containers)
@@ -485,9 +513,46 @@ impl Scenario {
     }
 }
 
-/// Deletes every Extension in the seed as gardenlet would, which makes the controller uninstall
-/// from the nodes, and waits until they are gone.
+/// Deletes what an earlier test may have left: its workload pods first (a shim's files stay on a
+/// node while pods of its handler exist, so an uninstall would wait for them), then every
+/// Extension in the seed as gardenlet would, which uninstalls from the nodes.
 async fn remove_leftovers(c: &Clusters) {
+    let namespaces: Api<Namespace> = Api::all(c.shoot.clone());
+    let mut workloads = Vec::new();
+    for ns in namespaces
+        .list(&ListParams::default())
+        .await
+        .expect("list namespaces")
+    {
+        let name = ns.name_any();
+        if !["default", "kube-system", "kube-public", "kube-node-lease"].contains(&name.as_str()) {
+            let _ = namespaces.delete(&name, &DeleteParams::default()).await;
+            workloads.push(name);
+        }
+    }
+    poll::until(
+        "the workload namespaces of earlier tests to be gone",
+        NODE_TIMEOUT,
+        || async {
+            let mut left = Vec::new();
+            for name in &workloads {
+                if namespaces
+                    .get_opt(name)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .is_some()
+                {
+                    left.push(name.clone());
+                }
+            }
+            if left.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{left:?}"))
+            }
+        },
+    )
+    .await;
     let all: Api<Extension> = Api::all(c.seed.clone());
     let leftovers = all
         .list(&ListParams::default())
@@ -500,20 +565,6 @@ async fn remove_leftovers(c: &Clusters) {
             gardenlet::delete(&api, &ext.name_any()).await;
         }
         gardenlet::wait_deleted_within(&api, &ext.name_any(), NODE_TIMEOUT).await;
-    }
-    // Workload pods of earlier tests would keep shims' binaries in use.
-    let namespaces: Api<Namespace> = Api::all(c.shoot.clone());
-    for ns in namespaces
-        .list(&ListParams::default())
-        .await
-        .expect("list namespaces")
-    {
-        let name = ns.name_any();
-        if !["default", "kube-system", "kube-public", "kube-node-lease"].contains(&name.as_str())
-            && ns.metadata.deletion_timestamp.is_none()
-        {
-            let _ = namespaces.delete(&name, &DeleteParams::default()).await;
-        }
     }
 }
 

@@ -16,7 +16,7 @@ use super::effective::KeptRuntime;
 use super::error::ConfigError;
 use super::key_path::KeyPath;
 use super::ownership::{KeptHandler, OwnedFile, OwnedHandler};
-use super::runtime::RuntimeEntry;
+use super::runtime::{ManagedKey, RuntimeEntry};
 use super::style::{RuntimeStyle, TableStyle, key_indent};
 
 /// The part of an ownership record an edit produces for one file.
@@ -198,16 +198,17 @@ fn write_runtime(
 /// The keys (relative to the handler table) and values we write for a runtime, in the order a
 /// reader expects them.
 fn desired_values(desired: &RuntimeEntry) -> Vec<(KeyPath, Value)> {
-    let mut out = vec![
-        (
-            KeyPath::new(["runtime_type"]),
-            Value::from(desired.runtime_type.as_str()),
-        ),
-        (
+    let mut out = vec![(
+        KeyPath::new(["runtime_type"]),
+        Value::from(desired.runtime_type.as_str()),
+    )];
+    // With the path as the runtime type, the one key says both.
+    if desired.managed_key != ManagedKey::RuntimeType {
+        out.push((
             KeyPath::new(desired.managed_key.segments().iter().copied()),
             Value::from(desired.runtime_path.as_str()),
-        ),
-    ];
+        ));
+    }
     if !desired.pod_annotations.is_empty() {
         let array: Array = desired.pod_annotations.iter().map(String::as_str).collect();
         out.push((KeyPath::new(["pod_annotations"]), Value::Array(array)));

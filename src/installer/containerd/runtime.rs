@@ -22,6 +22,11 @@ pub enum ManagedKey {
     /// `options.BinaryName`: our binary is an OCI runtime (crun, ...) that containerd's own runc
     /// shim (`io.containerd.runc.v2`, found on containerd's PATH) runs.
     BinaryName,
+    /// `runtime_type` holds the shim's absolute path: containerd 1.6.0 to 1.6.20 read
+    /// `runtime_path` but never hand it to the task service (fixed in 1.6.21), so the shim is
+    /// looked up by its type's binary name on containerd's PATH, where ours is not; an absolute
+    /// path as the runtime type is started as it is.
+    RuntimeType,
 }
 
 impl ManagedKey {
@@ -30,6 +35,7 @@ impl ManagedKey {
         match self {
             ManagedKey::RuntimePath => &["runtime_path"],
             ManagedKey::BinaryName => &["options", "BinaryName"],
+            ManagedKey::RuntimeType => &["runtime_type"],
         }
     }
 
@@ -38,6 +44,7 @@ impl ManagedKey {
         match self {
             ManagedKey::RuntimePath => "runtime_path",
             ManagedKey::BinaryName => "options.BinaryName",
+            ManagedKey::RuntimeType => "runtime_type",
         }
     }
 
@@ -135,9 +142,17 @@ impl RuntimeEntry {
     /// fields and drops the rest); an options table without them reaches the shim as an empty
     /// body, which shims that expect their own options (runwasi's) refuse, failing every pod.
     /// So there the other options are left out: they could not take effect anyway.
+    ///
+    /// containerd 1.6.0 to 1.6.20 ignore `runtime_path` (see [`ManagedKey::RuntimeType`]): there
+    /// the shim's path is written as its `runtime_type`.
     pub fn for_containerd(mut self, containerd: ContainerdVersion) -> RuntimeEntry {
         let passes_everything = self.runtime_type.starts_with("io.containerd.runc.")
             || (containerd.major, containerd.minor) >= (1, 7);
+        let version = (containerd.major, containerd.minor, containerd.patch);
+        if self.managed_key == ManagedKey::RuntimePath && version < (1, 6, 21) {
+            self.runtime_type = self.runtime_path.clone();
+            self.managed_key = ManagedKey::RuntimeType;
+        }
         if !passes_everything {
             let dropped: Vec<String> = self
                 .options
@@ -205,13 +220,13 @@ impl RuntimeEntry {
 
     /// Every string value this entry writes, with the key it goes to (relative to the table).
     pub(crate) fn strings(&self) -> Vec<(Vec<&str>, &str)> {
-        let mut out = vec![
-            (vec!["runtime_type"], self.runtime_type.as_str()),
-            (
+        let mut out = vec![(vec!["runtime_type"], self.runtime_type.as_str())];
+        if self.managed_key != ManagedKey::RuntimeType {
+            out.push((
                 self.managed_key.segments().to_vec(),
                 self.runtime_path.as_str(),
-            ),
-        ];
+            ));
+        }
         out.extend(
             self.pod_annotations
                 .iter()
@@ -438,5 +453,44 @@ mod tests {
                 2
             );
         }
+    }
+
+    #[test]
+    fn containerd_1_6_before_21_gets_the_shim_path_as_its_runtime_type() {
+        let shim = RuntimeEntry {
+            handler: "wasmtime".into(),
+            runtime_type: "io.containerd.wasmtime.v1".into(),
+            runtime_path: "/var/lib/containerd-shim-installer/current/wasmtime/bin/shim".into(),
+            managed_key: ManagedKey::RuntimePath,
+            pod_annotations: vec![],
+            privileged_without_host_devices: false,
+            options: BTreeMap::new(),
+        };
+        let old = shim
+            .clone()
+            .for_containerd(ContainerdVersion::new(1, 6, 20));
+        assert_eq!(old.managed_key, ManagedKey::RuntimeType);
+        assert_eq!(old.runtime_type, shim.runtime_path);
+        assert_eq!(
+            old.strings(),
+            [(vec!["runtime_type"], shim.runtime_path.as_str())]
+        );
+        for fixed in [
+            ContainerdVersion::new(1, 6, 21),
+            ContainerdVersion::new(1, 7, 0),
+        ] {
+            assert_eq!(shim.clone().for_containerd(fixed), shim);
+        }
+        // An OCI runtime keeps containerd's own runc shim, found by its type.
+        let crun = RuntimeEntry {
+            runtime_type: "io.containerd.runc.v2".into(),
+            managed_key: ManagedKey::BinaryName,
+            ..shim.clone()
+        };
+        assert_eq!(
+            crun.clone()
+                .for_containerd(ContainerdVersion::new(1, 6, 20)),
+            crun
+        );
     }
 }
