@@ -1160,6 +1160,13 @@ impl<C: Cluster> Installer<C> {
                 );
             }
         }
+        // A shim that is gone but still linked keeps the version its link points at: pods of its
+        // handler still run, and containerd needs its files to stop them.
+        for name in &facts.gone {
+            if let Some(dir) = payload::current_dir(&*host, &layout, name)? {
+                keep.entry(name.clone()).or_default().insert(dir);
+            }
+        }
         let running = host
             .running_executables()
             .map_err(|err| InstallerError::host("list processes", "/proc", err))?;
@@ -1295,7 +1302,11 @@ impl<C: Cluster> Installer<C> {
             };
             (clean, message)
         } else {
-            let verified = shims.iter().all(|s| s.phase == Phase::Active);
+            // The selected shims decide; one that is gone and waits for its pods to end does not.
+            let verified = shims
+                .iter()
+                .filter(|s| selected.iter().any(|(shim, _)| shim.name == s.name))
+                .all(|s| s.phase == Phase::Active);
             let ready = verified && all_labelled;
             let message = if ready {
                 let mut message = format!(

@@ -11,7 +11,9 @@ use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostPa
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
-use gardener_extension_containerd_shim::gardener::api::{Cluster, Extension};
+use gardener_extension_containerd_shim::gardener::api::{
+    Cluster, ConditionStatus, Extension, ManagedResource,
+};
 
 use crate::support::process::{self, Replica};
 use crate::support::real_nodes::{RealNode, RealNodes};
@@ -132,6 +134,34 @@ impl Scenario {
         }
         let ts = gardenlet::request_reconcile(&self.extensions, EXTENSION).await;
         gardenlet::wait_ready(&self.extensions, EXTENSION, Some(&ts)).await;
+        self.wait_bundle_applied().await;
+    }
+
+    /// Waits until gardener-resource-manager has applied the current bundle into the shoot:
+    /// before that, the shoot still shows the previous one.
+    pub async fn wait_bundle_applied(&self) {
+        let bundles: Api<ManagedResource> = Api::namespaced(self.c.seed.clone(), &self.namespace);
+        poll::until(
+            "the bundle applied into the shoot",
+            NODE_TIMEOUT,
+            || async {
+                let mr = bundles
+                    .get("extension-containerd-shim")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let status = mr.status.clone().unwrap_or_default();
+                let applied = status
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == "ResourcesApplied" && c.status == ConditionStatus::True);
+                if status.observed_generation == mr.metadata.generation && applied {
+                    Ok(())
+                } else {
+                    Err(format!("{status:?}"))
+                }
+            },
+        )
+        .await;
     }
 
     /// Deletes the Extension as gardenlet does and waits until it is gone.
