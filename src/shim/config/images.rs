@@ -64,8 +64,7 @@ mod tests {
 
     /// The repository prefix of the payload images this repository builds
     /// (hack/images/payloads/<catalog entry>/Dockerfile).
-    const OUR_PAYLOADS: &str =
-        "europe-docker.pkg.dev/gardener-project/public/gardener/extensions/containerd-shim-payload/";
+    const OUR_PAYLOADS: &str = "europe-docker.pkg.dev/gardener-project/public/gardener/extensions/containerd-shim-payload/";
 
     fn repo_file(path: &str) -> String {
         let full = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
