@@ -450,7 +450,7 @@ fn catalog_overlay_as_a_map_and_disabled_controllers_reach_the_binary() {
     let values = values_file(
         &dir,
         "values.yaml",
-        "shimCatalog:\n  shims:\n    wamr: null\n    spin:\n      defaultVersion: v0.22.0\n\
+        "shimCatalog:\n  shims:\n    wamr: null\n    spin:\n      defaultVersion: v0.24.0\n\
          disableControllers: [healthcheck]\nvpa:\n  enabled: false\n\
          image:\n  repository: registry.example.com/ext\n  tag: sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\n",
     );

@@ -667,7 +667,7 @@ shims:
         assert_eq!(spin.default_version, "v0.21.0");
         assert_eq!(
             spin.versions.keys().collect::<Vec<_>>(),
-            ["v0.21.0", "v0.22.0"]
+            ["v0.21.0", "v0.24.0"]
         );
         assert_eq!(
             spin.runtime_type, "io.containerd.spin.v2",
@@ -693,7 +693,7 @@ shims:
   spin:
     defaultVersion: v1
     versions:
-      v0.22.0: null
+      v0.24.0: null
       v1: {image: spin-v1}
     options:
       SystemdCgroup: null

@@ -41,7 +41,7 @@ fn a_bare_catalog_name_gets_every_default() {
     assert_eq!(spin.handler, "spin");
     assert_eq!(spin.runtime_class_name, "wasmtime-spin-v2");
     assert_eq!(spin.runtime_type, "io.containerd.spin.v2");
-    assert_eq!(spin.version, "v0.22.0");
+    assert_eq!(spin.version, "v0.24.0");
     assert_eq!(spin.options["SystemdCgroup"], OptionValue::Bool(true));
     assert_eq!(
         spin.worker_pools,
@@ -86,7 +86,7 @@ fn spin_becomes_a_desired_shim_with_the_image_vector_image() {
     assert_eq!(
         shim.binaries[0].source,
         BinarySource::Image {
-            image: "ghcr.io/spinframework/containerd-shim-spin/node-installer:v0.22.0".into(),
+            image: "ghcr.io/spinframework/containerd-shim-spin/node-installer:v0.24.0".into(),
             path: "/assets/containerd-shim-spin-v2".into(),
             sha256: BTreeMap::new(),
         }
