@@ -113,6 +113,7 @@ log "starting the controller as $controller_user (log $controller_log)"
   || die "the control plane has no node images: run me through 'make local'"
 env -u KUBECONFIG -u LEADER_ELECTION_NAMESPACE -u HEARTBEAT_NAMESPACE POD_NAME=local-playground \
   IMAGEVECTOR_OVERWRITE="$NODE_IMAGES/images-overwrite.yaml" \
+  SHIM_CATALOG_OVERLAY="$NODE_IMAGES/catalog-overlay.yaml" \
   "$bin" run \
   --kubeconfig="$SEED_CONTROLLER_KUBECONFIG" \
   --leader-election-namespace="$release_ns" \

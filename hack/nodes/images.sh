@@ -18,7 +18,7 @@
 # images.env (the references, for tests and scripts), pause.ref (imported under each node's
 # sandbox image name), images-overwrite.yaml: the IMAGEVECTOR_OVERWRITE file that points the
 # controller at these images instead of the published ones, and catalog-overlay.yaml: the
-# SHIM_CATALOG_OVERLAY that offers the Wasm test shim as a wasmtime version. `make images` builds the published
+# SHIM_CATALOG_OVERLAY that offers these payloads as catalog versions. `make images` builds the published
 # images with docker instead; this needs neither docker nor a registry.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -115,7 +115,7 @@ images:
   - name: containerd-shim-installer
     repository: ${installer_ref%:*}
     tag: ${installer_ref##*:}
-  - name: containerd-shim-crun
+  - name: containerd-shim-crun-local
     repository: ${crun_ref%:*}
     tag: ${crun_ref##*:}
   - name: containerd-shim-wasmtime-local
@@ -123,11 +123,18 @@ images:
     tag: ${WASMTIME_PAYLOAD_IMAGE##*:}
 YAML
 
-# SHIM_CATALOG_OVERLAY for the controller: the catalog's wasmtime entry gets the locally built
-# test shim as a version of its own (and its default), the way an operator adds a build.
+# SHIM_CATALOG_OVERLAY for the controller: the catalog's crun and wasmtime entries get the
+# locally built payloads as a version of their own (and their default), the way an operator
+# adds a build.
 cat >"$out/catalog-overlay.yaml" <<YAML
-# Written by hack/nodes/images.sh: the Wasm test shim of test/wasm/shim as a wasmtime version.
+# Written by hack/nodes/images.sh: the locally built crun and the Wasm test shim of
+# test/wasm/shim as versions of the catalog's entries.
 shims:
+  crun:
+    defaultVersion: local
+    versions:
+      local:
+        image: containerd-shim-crun-local
   wasmtime:
     defaultVersion: local
     versions:
