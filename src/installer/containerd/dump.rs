@@ -108,6 +108,14 @@ impl Validation {
     /// candidate must also leave everything that is not ours as it was
     /// ([`super::ensure_only_ours_changed`]).
     pub fn check(&self, output: &DumpOutput) -> Result<(), ConfigError> {
+        let before = match &self.baseline {
+            Some(baseline) => {
+                let before = EffectiveConfig::parse(&self.config, self.containerd, baseline)?;
+                before.ensure_not_taken(&self.config, &self.present, &self.recorded)?;
+                Some(before)
+            }
+            None => None,
+        };
         check_dump(
             &self.config,
             self.containerd,
@@ -115,10 +123,9 @@ impl Validation {
             &self.absent,
             output,
         )?;
-        let Some(baseline) = &self.baseline else {
+        let Some(before) = before else {
             return Ok(());
         };
-        let before = EffectiveConfig::parse(&self.config, self.containerd, baseline)?;
         let after = EffectiveConfig::parse(&self.config, self.containerd, &output.stdout)?;
         let ours = Ours {
             handlers: self

@@ -16,7 +16,7 @@ use super::effective::KeptRuntime;
 use super::error::ConfigError;
 use super::key_path::KeyPath;
 use super::ownership::{KeptHandler, OwnedFile, OwnedHandler};
-use super::runtime::{ManagedKey, RuntimeEntry};
+use super::runtime::{ManagedKey, RuntimeEntry, describe_runtime};
 use super::style::{RuntimeStyle, TableStyle, key_indent};
 
 /// The part of an ownership record an edit produces for one file.
@@ -238,21 +238,13 @@ fn ensure_adoptable(
     existing: &Table,
     desired: &RuntimeEntry,
 ) -> Result<(), ConfigError> {
-    let string_of = |key: &str| match existing.get(key) {
-        Some(item) => item
-            .as_str()
-            .map(|s| format!("{s:?}"))
-            .unwrap_or_else(|| item.to_string().trim().to_string()),
-        None => "<unset>".to_string(),
-    };
     if desired.managed_key.value_in(existing) == Some(desired.runtime_path.as_str()) {
         return Ok(());
     }
     Err(ConfigError::ForeignRuntime {
         path: path.to_path_buf(),
         key: table_path.clone(),
-        runtime_type: string_of("runtime_type"),
-        runtime_path: string_of("runtime_path"),
+        defines: describe_runtime(existing),
     })
 }
 

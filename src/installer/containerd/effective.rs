@@ -15,9 +15,11 @@ use toml_edit::{DocumentMut, Item, Table, Value};
 
 use super::config_version::ConfigVersion;
 use super::daemon_version::ContainerdVersion;
+use super::dump::ExpectedRuntime;
 use super::edit::table_at;
 use super::error::ConfigError;
 use super::key_path::KeyPath;
+use super::runtime::{ManagedKey, describe_runtime};
 
 /// At most this many differences are named in an error; the rest are counted.
 const MAX_LISTED: usize = 8;
@@ -105,6 +107,43 @@ impl EffectiveConfig {
                 handler,
             })
             .collect()
+    }
+
+    /// Fails when this configuration (the one before our change) already has a runtime of one
+    /// of `present` that is not ours: not a handler of our record (`recorded`), and no key of
+    /// its table points at our binary. The files containerd reads are searched before anything
+    /// is planned ([`super::plan_install`]); this catches what no file defines, such as
+    /// containerd's built-in default runtime, and a file the search could not resolve.
+    pub fn ensure_not_taken(
+        &self,
+        config: &Path,
+        present: &[ExpectedRuntime],
+        recorded: &[String],
+    ) -> Result<(), ConfigError> {
+        for expected in present {
+            if recorded.contains(&expected.handler) {
+                continue;
+            }
+            let key = self.layout.runtime_table(&expected.handler);
+            let Some(table) = table_at(self.doc.as_table(), &key) else {
+                continue;
+            };
+            let ours = [
+                ManagedKey::RuntimePath,
+                ManagedKey::BinaryName,
+                ManagedKey::RuntimeType,
+            ]
+            .into_iter()
+            .any(|managed| managed.value_in(table) == Some(expected.runtime_path.as_str()));
+            if !ours {
+                return Err(ConfigError::ForeignEffectiveRuntime {
+                    config: config.to_path_buf(),
+                    key,
+                    defines: describe_runtime(table),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Every leaf value by key path, with our runtimes taken out. `imports` is left out as

@@ -61,14 +61,28 @@ pub enum ConfigError {
 
     #[error(
         "{path}: runtime handler table `{key}` already exists and was not written by this installer \
-         (runtime_type = {runtime_type}, runtime_path = {runtime_path}); refusing to overwrite a \
-         foreign runtime of the same name"
+         ({defines}); refusing to install a runtime of the same name, which would replace theirs \
+         or merge into it"
     )]
     ForeignRuntime {
+        /// The file that defines the table: the main config, an imported file or a drop-in.
         path: PathBuf,
         key: KeyPath,
-        runtime_type: String,
-        runtime_path: String,
+        /// What the table says, e.g. `runtime_type = "io.containerd.runc.v2", options.BinaryName
+        /// = "/usr/bin/nvidia-container-runtime"`.
+        defines: String,
+    },
+
+    #[error(
+        "`containerd --config {config} config dump` already shows runtime handler `{key}` \
+         ({defines}), which this installer did not write and no file it found defines \
+         (containerd's built-in defaults, or a file it could not resolve); refusing to install a \
+         runtime of the same name"
+    )]
+    ForeignEffectiveRuntime {
+        config: PathBuf,
+        key: KeyPath,
+        defines: String,
     },
 
     #[error(
@@ -76,45 +90,6 @@ pub enum ConfigError {
          to overwrite it"
     )]
     ForeignFile { path: PathBuf, what: String },
-
-    #[error(
-        "{path}: cannot edit this template safely: line {line} has a Go template action outside \
-         the leading header lines: {text:?}"
-    )]
-    UnsafeTemplate {
-        path: PathBuf,
-        line: usize,
-        text: String,
-    },
-
-    #[error(
-        "{path}: value {value:?} of `{key}` contains `{{{{`, which the distribution's Go template \
-         engine would interpret"
-    )]
-    UnsafeTemplateValue {
-        path: PathBuf,
-        key: KeyPath,
-        value: String,
-    },
-
-    #[error(
-        "{path}: option key {key:?} of runtime {handler} contains `{{{{`, which the \
-         distribution's Go template engine would interpret"
-    )]
-    UnsafeTemplateKey {
-        path: PathBuf,
-        handler: String,
-        key: String,
-    },
-
-    #[error(
-        "cannot tell which config version template {template} renders: it declares no `version` \
-         and the rendered config {rendered} does not exist yet (start the distribution's agent once)"
-    )]
-    TemplateVersionUnknown {
-        template: PathBuf,
-        rendered: PathBuf,
-    },
 
     #[error("runtime handler {handler:?} is invalid: {reason}")]
     InvalidHandler {

@@ -164,48 +164,6 @@ const SCENARIOS: &[Scenario] = &[
         files: &[],
         runtimes: spin_and_gvisor,
     },
-    Scenario {
-        name: "k3s-template-containerd-2.3",
-        containerd: C2_3,
-        files: &[
-            (
-                "/var/lib/rancher/k3s/agent/etc/containerd/config.toml",
-                "k3s-config.toml",
-            ),
-            (
-                "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl",
-                "k3s-config-v3.toml.tmpl",
-            ),
-        ],
-        runtimes: spin_and_gvisor,
-    },
-    Scenario {
-        name: "k3s-no-template-containerd-1.7",
-        containerd: C1_7,
-        files: &[(
-            "/var/lib/rancher/k3s/agent/etc/containerd/config.toml",
-            "k3s-config-v2.toml",
-        )],
-        runtimes: spin_and_gvisor,
-    },
-    Scenario {
-        name: "k0s-containerd-1.7",
-        containerd: C1_7,
-        files: &[
-            ("/etc/k0s/containerd.toml", "k0s-containerd.toml"),
-            ("/run/k0s/containerd-cri.toml", "k0s-containerd-cri.toml"),
-        ],
-        runtimes: spin_and_gvisor,
-    },
-    Scenario {
-        name: "microk8s-containerd-1.6",
-        containerd: C1_6,
-        files: &[(
-            "/var/snap/microk8s/current/args/containerd-template.toml",
-            "microk8s-containerd-template.toml",
-        )],
-        runtimes: spin_and_gvisor,
-    },
 ];
 
 fn fixtures() -> PathBuf {
@@ -327,21 +285,6 @@ fn summary(title: &str, plan: &Plan) -> String {
     out
 }
 
-/// What k3s/rke2 do when containerd restarts: render the template, which the validation scratch
-/// predicted.
-pub(super) fn restart(host: &mut MemoryHost, plan: &Plan) {
-    if let Some(validation) = &plan.validation
-        && let Some(scratch) = &validation.scratch
-        && let Some(rendered) = scratch
-            .path
-            .to_str()
-            .and_then(|p| p.strip_suffix(super::SCRATCH_SUFFIX))
-        && rendered.ends_with("/agent/etc/containerd/config.toml")
-    {
-        host.files.insert(rendered.into(), scratch.content.clone());
-    }
-}
-
 fn run(scenario: &Scenario) -> Golden {
     let original = host_of(scenario);
     let mut host = original.clone();
@@ -354,7 +297,6 @@ fn run(scenario: &Scenario) -> Golden {
         scenario.name
     );
     host.apply(&install);
-    restart(&mut host, &install);
 
     // Installing the same again plans nothing.
     let target_again = locate(&host, scenario.containerd, None).unwrap();
@@ -374,7 +316,6 @@ fn run(scenario: &Scenario) -> Golden {
     let after_install = host.clone();
     let uninstall = plan_uninstall(&host, scenario.containerd, &install.ownership).unwrap();
     host.apply(&uninstall);
-    restart(&mut host, &uninstall);
     assert!(uninstall.ownership.is_empty(), "{}", scenario.name);
     // Every original file is back byte for byte, and nothing else is left (backups go too).
     for (path, text) in &original.files {

@@ -18,12 +18,24 @@ pub trait HostFs {
 
     /// Whether anything (file or directory) exists at the path.
     fn exists(&self, path: &Path) -> io::Result<bool>;
+
+    /// The names of the entries of a directory, sorted; empty when nothing exists there or it
+    /// is not a directory. Import globs are expanded with it.
+    fn entries(&self, dir: &Path) -> io::Result<Vec<String>>;
 }
 
 /// Reads `read`, wrapping I/O errors with the path.
 pub(crate) fn read_host(host: &dyn HostFs, path: &Path) -> Result<Option<String>, ConfigError> {
     host.read(path).map_err(|source| ConfigError::Read {
         path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Calls `entries`, wrapping I/O errors with the path.
+pub(crate) fn entries_host(host: &dyn HostFs, dir: &Path) -> Result<Vec<String>, ConfigError> {
+    host.entries(dir).map_err(|source| ConfigError::Read {
+        path: dir.to_path_buf(),
         source,
     })
 }
@@ -69,6 +81,27 @@ impl HostFs for HostRoot {
     fn exists(&self, path: &Path) -> io::Result<bool> {
         self.resolve(path).try_exists()
     }
+
+    fn entries(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let listing = match std::fs::read_dir(self.resolve(dir)) {
+            Ok(listing) => listing,
+            Err(err)
+                if matches!(
+                    err.kind(),
+                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+                ) =>
+            {
+                return Ok(Vec::new());
+            }
+            Err(err) => return Err(err),
+        };
+        let mut names = Vec::new();
+        for entry in listing {
+            names.push(entry?.file_name().to_string_lossy().into_owned());
+        }
+        names.sort();
+        Ok(names)
+    }
 }
 
 /// An in-memory host for tests and dry runs: files by host path; a directory exists when a file
@@ -113,6 +146,17 @@ impl HostFs for MemoryHost {
     fn exists(&self, path: &Path) -> io::Result<bool> {
         Ok(self.files.keys().any(|file| file.starts_with(path)))
     }
+
+    fn entries(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let names: std::collections::BTreeSet<String> = self
+            .files
+            .keys()
+            .filter_map(|file| file.strip_prefix(dir).ok())
+            .filter_map(|rest| rest.components().next())
+            .map(|first| first.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        Ok(names.into_iter().collect())
+    }
 }
 
 #[cfg(test)]
@@ -121,17 +165,29 @@ mod tests {
 
     #[test]
     fn memory_host_knows_files_and_their_directories() {
-        let host = MemoryHost::new().with("/etc/k0s/containerd.d/a.toml", "x");
+        let host = MemoryHost::new()
+            .with("/etc/containerd/conf.d/a.toml", "x")
+            .with("/etc/containerd/conf.d/sub/b.toml", "y")
+            .with("/etc/containerd/config.toml", "z");
         assert_eq!(
-            host.read(Path::new("/etc/k0s/containerd.d/a.toml"))
+            host.read(Path::new("/etc/containerd/conf.d/a.toml"))
                 .unwrap()
                 .as_deref(),
             Some("x")
         );
-        assert!(host.exists(Path::new("/etc/k0s/containerd.d")).unwrap());
-        assert!(!host.exists(Path::new("/etc/k0s/containerd.toml")).unwrap());
+        assert!(host.exists(Path::new("/etc/containerd/conf.d")).unwrap());
+        assert!(!host.exists(Path::new("/etc/containerd/conf.toml")).unwrap());
         // A path that merely shares a string prefix is not a parent.
-        assert!(!host.exists(Path::new("/etc/k0s/contain")).unwrap());
+        assert!(!host.exists(Path::new("/etc/containerd/conf")).unwrap());
+        assert_eq!(
+            host.entries(Path::new("/etc/containerd/conf.d")).unwrap(),
+            ["a.toml", "sub"]
+        );
+        assert_eq!(
+            host.entries(Path::new("/etc/containerd")).unwrap(),
+            ["conf.d", "config.toml"]
+        );
+        assert!(host.entries(Path::new("/nowhere")).unwrap().is_empty());
     }
 
     #[test]
@@ -146,9 +202,22 @@ mod tests {
         assert_eq!(root.read(file).unwrap(), None);
         assert!(!root.exists(file).unwrap());
         std::fs::create_dir_all(dir.path().join("etc/containerd")).unwrap();
+        assert!(
+            root.entries(Path::new("/etc/containerd"))
+                .unwrap()
+                .is_empty()
+        );
         std::fs::write(root.resolve(file), "version = 2\n").unwrap();
         assert_eq!(root.read(file).unwrap().as_deref(), Some("version = 2\n"));
         assert!(root.exists(Path::new("/etc/containerd")).unwrap());
+        assert_eq!(
+            root.entries(Path::new("/etc/containerd")).unwrap(),
+            ["config.toml"]
+        );
+        assert!(
+            root.entries(file).unwrap().is_empty(),
+            "a file lists nothing"
+        );
     }
 
     #[test]

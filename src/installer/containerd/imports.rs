@@ -1,10 +1,11 @@
 //! The top-level `imports` array: which drop-in paths a config already covers, and adding or
 //! removing our own entry.
 //!
-//! containerd resolves each entry like this: clean the path, make a relative one relative to the
-//! importing file's directory, and expand `*` globs. We mirror that for the one question we ask
-//! ("would a file of ours in that directory be imported?"), conservatively: a pattern we cannot
-//! evaluate exactly (wildcards in the directory part, character classes, escapes) does not count.
+//! containerd 2.x resolves each entry like this: clean the path, make a relative one relative to
+//! the importing file's directory, and expand it with Go's glob rules when it contains `*`
+//! ([`super::glob`]). We mirror that for the one question we ask ("would a file of ours in that
+//! directory be imported?"), conservatively: a glob with wildcards in its directory part does
+//! not count (we would have to pick one of the directories it matches).
 
 use std::path::{Component, Path, PathBuf};
 
@@ -12,6 +13,7 @@ use toml_edit::{DocumentMut, Item, Value};
 
 use super::edit::describe;
 use super::error::ConfigError;
+use super::glob::{has_meta, is_glob, matches};
 use super::key_path::KeyPath;
 use super::ownership::OwnedFile;
 
@@ -51,26 +53,22 @@ pub(crate) fn imports_of(path: &Path, doc: &DocumentMut) -> Result<Vec<String>, 
 /// entry we added ourselves, which the ownership record tracks.
 pub(crate) fn covered_drop_in(main: &Path, imports: &[String]) -> Option<PathBuf> {
     let main_dir = main.parent().unwrap_or(Path::new("/"));
-    imports.iter().find_map(|entry| {
-        let resolved = resolve(main_dir, entry);
-        let file_pattern = resolved.file_name()?.to_str()?;
-        let dir = resolved.parent()?;
-        let dir_is_literal = dir.to_str().is_some_and(|d| !has_meta(d));
-        (file_pattern.contains(['*', '?'])
-            && dir_is_literal
-            && glob_match(file_pattern, DROP_IN_NAME))
-        .then(|| dir.join(DROP_IN_NAME))
-    })
+    imports
+        .iter()
+        .filter(|entry| is_glob(entry))
+        .find_map(|entry| {
+            let resolved = resolve(main_dir, entry);
+            let file_pattern = resolved.file_name()?.to_str()?;
+            let dir = resolved.parent()?;
+            let dir_is_literal = dir.to_str().is_some_and(|d| !has_meta(d));
+            (dir_is_literal && matches(file_pattern, DROP_IN_NAME) == Some(true))
+                .then(|| dir.join(DROP_IN_NAME))
+        })
 }
 
-/// Whether an import entry of `main` names exactly `file` (after resolution).
-pub(crate) fn imports_exactly(main: &Path, imports: &[String], file: &Path) -> bool {
-    let main_dir = main.parent().unwrap_or(Path::new("/"));
-    imports.iter().any(|entry| resolve(main_dir, entry) == file)
-}
-
-/// containerd's resolution: clean, and join a relative entry to the importing file's directory.
-fn resolve(dir: &Path, entry: &str) -> PathBuf {
+/// containerd's resolution: clean, and join a relative entry to `dir` (the importing file's
+/// directory, or for a relative glob on containerd 1.x its working directory `/`).
+pub(crate) fn resolve(dir: &Path, entry: &str) -> PathBuf {
     let path = Path::new(entry);
     if path.is_absolute() {
         clean(path)
@@ -94,39 +92,6 @@ fn clean(path: &Path) -> PathBuf {
         }
     }
     out
-}
-
-fn has_meta(text: &str) -> bool {
-    text.contains(['*', '?', '[', '\\'])
-}
-
-/// Matches `*` (any run) and `?` (one character) within one path segment; patterns with
-/// character classes or escapes never match, since guessing wrong would leave our file unread.
-fn glob_match(pattern: &str, name: &str) -> bool {
-    if pattern.contains(['[', '\\']) {
-        return false;
-    }
-    let pattern: Vec<char> = pattern.chars().collect();
-    let name: Vec<char> = name.chars().collect();
-    // Classic two-pointer wildcard matching with backtracking to the last `*`.
-    let (mut p, mut n) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while n < name.len() {
-        if p < pattern.len() && (pattern[p] == '?' || pattern[p] == name[n]) {
-            p += 1;
-            n += 1;
-        } else if p < pattern.len() && pattern[p] == '*' {
-            star = Some((p, n));
-            p += 1;
-        } else if let Some((star_p, star_n)) = star {
-            p = star_p + 1;
-            n = star_n + 1;
-            star = Some((star_p, star_n + 1));
-        } else {
-            return false;
-        }
-    }
-    pattern[p..].iter().all(|&c| c == '*')
 }
 
 /// Appends `entry` to `imports` (creating the key when absent) unless it is already listed.
@@ -251,34 +216,33 @@ mod tests {
         assert_eq!(covered(&[]), None);
         assert_eq!(covered(&["/etc/containerd/conf.d/*.conf"]), None);
         assert_eq!(covered(&["/etc/*/conf.d/*.toml"]), None);
-        assert_eq!(covered(&["/etc/containerd/conf.d/[0-9]*.toml"]), None);
         assert_eq!(
             covered(&["/etc/containerd/conf.d/50-containerd-shim.toml"]),
             None,
             "exact entries are not globs"
         );
+        assert_eq!(
+            covered(&["/etc/containerd/conf.d/50-containerd-shim.tom?"]),
+            None,
+            "without `*` containerd reads an entry literally"
+        );
+        assert_eq!(covered(&["/etc/containerd/conf.d/[6-9]*.toml"]), None);
     }
 
     #[test]
-    fn glob_matching() {
-        assert!(glob_match("*", "abc"));
-        assert!(glob_match("*.toml", "50-containerd-shim.toml"));
-        assert!(glob_match("5?-*.toml", "50-containerd-shim.toml"));
-        assert!(glob_match("*shim*", "50-containerd-shim.toml"));
-        assert!(!glob_match("*.tom", "50-containerd-shim.toml"));
-        assert!(!glob_match("6*", "50-containerd-shim.toml"));
-        assert!(!glob_match("?", ""));
-        assert!(glob_match("a*b*c", "aXbYbc"));
-    }
-
-    #[test]
-    fn exact_entries() {
-        let imports = vec!["conf.d/50-containerd-shim.toml".to_string()];
-        assert!(imports_exactly(
-            Path::new(MAIN),
-            &imports,
-            Path::new("/etc/containerd/conf.d/50-containerd-shim.toml")
-        ));
+    fn evaluates_classes_and_escapes_as_containerd_does() {
+        assert_eq!(
+            covered(&["/etc/containerd/conf.d/[0-9]*.toml"]),
+            Some(PathBuf::from(
+                "/etc/containerd/conf.d/50-containerd-shim.toml"
+            ))
+        );
+        assert_eq!(
+            covered(&["/etc/containerd/conf.d/5\\0-*"]),
+            Some(PathBuf::from(
+                "/etc/containerd/conf.d/50-containerd-shim.toml"
+            ))
+        );
     }
 
     #[test]

@@ -27,10 +27,8 @@ pub struct Ownership {
 pub enum FileRole {
     /// A config file containerd reads directly (edited in place).
     Config,
-    /// A drop-in that `main` imports (or, on k0s, that the distribution merges into `main`).
+    /// A drop-in that `main` imports.
     DropIn { main: PathBuf },
-    /// A template the distribution renders into `rendered` when it starts containerd.
-    Template { rendered: PathBuf },
 }
 
 /// Our part of one file.

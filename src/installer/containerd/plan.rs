@@ -8,8 +8,8 @@
 //!    directories), then delete [`Plan::deletes`]. The order matters: a drop-in is written before
 //!    the main file that imports it, and an import is removed before its file is deleted, so
 //!    containerd never sees an import of a missing file;
-//! 3. if [`Plan::validation`] is set, write its scratch file (if any), run the dump command and
-//!    check the output, remove the scratch file. containerd reads its config only at start, so
+//! 3. if [`Plan::validation`] is set, run the dump command and check the output (with the
+//!    baseline dump, when the installer took one). containerd reads its config only at start, so
 //!    the files written in step 2 are inert until the restart; on failure, restore every file
 //!    from its `previous` content (or delete it when there was none) and do not restart;
 //! 4. store [`Plan::ownership`] in the state file (always, also when nothing changed);
@@ -27,13 +27,14 @@ use super::dump::ExpectedRuntime;
 use super::edit::{RuntimeEdit, reconcile_runtimes, remove_owned, table_at};
 use super::effective::KeptRuntime;
 use super::error::ConfigError;
-use super::host::{HostFs, read_host};
-use super::imports::{covered_drop_in, ensure_import, imports_exactly, imports_of};
+use super::host::{HostFs, exists_host, read_host};
+use super::imports::ensure_import;
 use super::locate::{Target, WriteStrategy};
 use super::ownership::{FileRole, OwnedFile, Ownership};
 use super::runtime::{RuntimeEntry, validate_set};
+use super::sources::{ensure_cri_enabled, ensure_no_foreign_handlers, files_read};
 use super::style::RuntimeStyle;
-use super::text::{BASE_TEMPLATE_HEADER, render_like, split_template};
+use super::text::render_edit;
 
 /// Suffix of the backup taken of a file we edit in place.
 pub const BACKUP_SUFFIX: &str = ".containerd-shim.bak";
@@ -78,8 +79,9 @@ pub struct Backup {
     pub content: String,
 }
 
-/// A transient file validation needs (a predicted template render, or a main file that imports
-/// a drop-in the distribution would merge itself).
+/// A transient file to dump instead of the real config. The engine's strategies (in-place edits
+/// and drop-ins the main file imports) never need one: they dump the config containerd reads.
+/// Kept in the journal format so that a change recorded by an earlier installer still loads.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ScratchFile {
@@ -96,13 +98,20 @@ pub struct Validation {
     /// The file to pass to `containerd --config`, after the plan's writes.
     pub config: PathBuf,
     /// Written before the dump and removed after it, when set; then `config` is its path.
+    /// Never set by the current strategies (see [`ScratchFile`]).
+    #[serde(default)]
     pub scratch: Option<ScratchFile>,
     /// Runtimes the merged config must contain, exactly like this.
     pub present: Vec<ExpectedRuntime>,
     /// Runtimes of ours that must be gone.
     pub absent: Vec<ExpectedRuntime>,
+    /// Handlers the ownership record held before the change: ours in the baseline whatever it
+    /// shows of them (a drifted table of ours is repaired, not a foreign one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recorded: Vec<String>,
     /// `containerd config dump` of the configuration as it was before the change, when taken:
-    /// the candidate must not differ from it in anything that is not ours.
+    /// none of `present` may be someone else's in it, and the candidate must not differ from it
+    /// in anything that is not ours.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub baseline: Option<String>,
 }
@@ -120,9 +129,7 @@ pub struct Plan {
     pub validation: Option<Validation>,
     /// The record to store; replaces the previous one.
     pub ownership: Ownership,
-    /// Whether containerd's effective config changes, i.e. whether containerd must restart. For
-    /// templates this is also true when the template already holds our tables but the rendered
-    /// config does not yet (a restart that applies it is still due).
+    /// Whether containerd's effective config changes, i.e. whether containerd must restart.
     pub changed: bool,
 }
 
@@ -138,7 +145,7 @@ struct FileOutcome {
 
 /// Plans installing exactly `runtimes` (an empty list removes all of ours) at `target`, given
 /// what we owned before. Fails, planning nothing, on invalid input, unreadable or corrupt files,
-/// foreign tables or files in our way, and templates that cannot be edited safely.
+/// a disabled CRI plugin, and foreign tables or files in our way.
 pub fn plan_install(
     host: &dyn HostFs,
     target: &Target,
@@ -162,7 +169,17 @@ pub fn plan_install_keeping(
     target.containerd.ensure_supported()?;
     validate_set(runtimes)?;
     if !runtimes.is_empty() {
-        ensure_cri_enabled(host, &target.config)?;
+        // Everything containerd reads counts: a CRI plugin disabled in a drop-in, or a runtime
+        // of one of our handlers in an imported file, is as real as one in the main file.
+        let (editable, generated) = match &target.strategy {
+            WriteStrategy::InPlace { file } => (Some(file.as_path()), None),
+            WriteStrategy::DropIn { file, .. } | WriteStrategy::DropInWithImport { file, .. } => {
+                (None, Some(file.as_path()))
+            }
+        };
+        let files = files_read(host, target.containerd, &target.config, generated)?;
+        ensure_cri_enabled(&files)?;
+        ensure_no_foreign_handlers(&files, runtimes, previous, editable)?;
     }
     let mut outcomes = match &target.strategy {
         WriteStrategy::InPlace { file } => vec![edit_config(
@@ -205,14 +222,6 @@ pub fn plan_install_keeping(
             )?;
             vec![drop_in, main]
         }
-        WriteStrategy::Template { template, rendered } => vec![edit_template(
-            host,
-            template,
-            rendered,
-            target.version,
-            runtimes,
-            previous.file(template),
-        )?],
     };
     let targeted: BTreeSet<PathBuf> = outcomes.iter().map(|o| o.path.clone()).collect();
     for owned in &previous.files {
@@ -221,31 +230,10 @@ pub fn plan_install_keeping(
         }
     }
 
-    let mut template_pending = false;
-    let validation_base = match &target.strategy {
-        WriteStrategy::InPlace { file } => Base::Dump(file.clone()),
-        WriteStrategy::DropInWithImport { main, .. } => Base::Dump(main.clone()),
-        WriteStrategy::DropIn { file, main } => drop_in_base(host, &outcomes, file, main)?,
-        WriteStrategy::Template { template, rendered } => {
-            let predicted = predict_render(
-                host,
-                rendered,
-                RenderEdit::Install {
-                    version: target.version,
-                    runtimes,
-                    previous: previous.file(template),
-                },
-            )?;
-            if let Some((_, dirty)) = &predicted {
-                template_pending = *dirty;
-            }
-            match predicted {
-                Some((content, _)) => Base::Scratch(ScratchFile {
-                    path: scratch_path(rendered),
-                    content,
-                }),
-                None => Base::Nothing,
-            }
+    let validation_config = match &target.strategy {
+        WriteStrategy::InPlace { file } => file.clone(),
+        WriteStrategy::DropIn { main, .. } | WriteStrategy::DropInWithImport { main, .. } => {
+            main.clone()
         }
     };
 
@@ -274,8 +262,7 @@ pub fn plan_install_keeping(
         Some(target.clone()),
         target.containerd,
         outcomes,
-        validation_base,
-        template_pending,
+        Some(validation_config),
         present,
         absent,
     ))
@@ -295,29 +282,15 @@ pub fn plan_uninstall(
         .map(|owned| remove_from(host, owned))
         .collect::<Result<Vec<_>, _>>()?;
 
-    // What to dump afterwards: the rendered config a template feeds, else the main file of a
-    // drop-in, else a config we edited in place.
-    let mut base = Base::Nothing;
-    let mut template_pending = false;
+    // What to dump afterwards: the main file of a drop-in, else a config we edited in place.
     let by_role = |wanted: fn(&FileRole) -> bool| previous.files.iter().find(|f| wanted(&f.role));
-    if let Some(owned) = by_role(|role| matches!(role, FileRole::Template { .. })) {
-        if let FileRole::Template { rendered } = &owned.role
-            && let Some((content, dirty)) =
-                predict_render(host, rendered, RenderEdit::Remove(owned))?
-        {
-            template_pending = dirty;
-            base = Base::Scratch(ScratchFile {
-                path: scratch_path(rendered),
-                content,
-            });
-        }
-    } else if let Some(owned) = by_role(|role| matches!(role, FileRole::DropIn { .. })) {
-        if let FileRole::DropIn { main } = &owned.role {
-            base = Base::Dump(main.clone());
-        }
-    } else if let Some(owned) = by_role(|role| matches!(role, FileRole::Config)) {
-        base = Base::Dump(owned.path.clone());
-    }
+    let base = match by_role(|role| matches!(role, FileRole::DropIn { .. })) {
+        Some(OwnedFile {
+            role: FileRole::DropIn { main },
+            ..
+        }) => Some(main.clone()),
+        _ => by_role(|role| matches!(role, FileRole::Config)).map(|owned| owned.path.clone()),
+    };
 
     let absent = previous.handlers().map(ExpectedRuntime::owned).collect();
     Ok(assemble(
@@ -327,18 +300,9 @@ pub fn plan_uninstall(
         containerd,
         outcomes,
         base,
-        template_pending,
         Vec::new(),
         absent,
     ))
-}
-
-enum Base {
-    /// Dump this file as it is after the plan is applied.
-    Dump(PathBuf),
-    /// Dump a transient file.
-    Scratch(ScratchFile),
-    Nothing,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -348,8 +312,7 @@ fn assemble(
     target: Option<Target>,
     containerd: ContainerdVersion,
     outcomes: Vec<FileOutcome>,
-    base: Base,
-    template_pending: bool,
+    base: Option<PathBuf>,
     present: Vec<ExpectedRuntime>,
     absent: Vec<ExpectedRuntime>,
 ) -> Plan {
@@ -357,7 +320,7 @@ fn assemble(
     let mut writes = Vec::new();
     let mut deletes = Vec::new();
     let mut owned_files = Vec::new();
-    // Drop-ins and templates first, then the files that import them (see the module docs).
+    // Drop-ins first, then the files that import them (see the module docs).
     let mut ordered: Vec<&FileOutcome> = outcomes.iter().collect();
     ordered.sort_by_key(|o| matches!(o.role, FileRole::Config));
     for outcome in ordered {
@@ -367,15 +330,17 @@ fn assemble(
         match (&outcome.before, &outcome.after) {
             (before, Some(after)) if before.as_deref() != Some(after.as_str()) => {
                 // The backup holds the file as it was before our first edit (the recorded
-                // original), whatever happened since: later edits never copy our own tables
-                // into it, and a backup lost to an interrupted first edit is written again.
+                // original), whatever happened since: it is written only where none exists, so
+                // drift repair and later edits never replace it (nor copy our own tables into
+                // it), and a backup lost to an interrupted first edit is written again.
                 if let Some(original) = owned
                     .original
                     .as_ref()
                     .filter(|_| before.is_some() && !owned.created && !owned.is_empty())
                 {
                     let destination = suffixed(&outcome.path, BACKUP_SUFFIX);
-                    if read_host(host, &destination).ok().flatten().as_ref() != Some(original) {
+                    // An unreadable destination counts as present: never overwrite a backup.
+                    if !exists_host(host, &destination).unwrap_or(true) {
                         backups.push(Backup {
                             source: outcome.path.clone(),
                             destination,
@@ -402,9 +367,10 @@ fn assemble(
             let backup = suffixed(&outcome.path, BACKUP_SUFFIX);
             if let Ok(Some(content)) = read_host(host, &backup) {
                 let ours = owned.backup
-                    || outcome.after.as_deref().is_some_and(|after| {
-                        same_document(&outcome.role, &outcome.path, &content, after)
-                    });
+                    || outcome
+                        .after
+                        .as_deref()
+                        .is_some_and(|after| same_document(&content, after));
                 if ours {
                     deletes.push(FileDelete {
                         path: backup,
@@ -418,33 +384,24 @@ fn assemble(
             owned_files.push(owned);
         }
     }
-    let changed = !writes.is_empty() || !deletes.is_empty() || template_pending;
+    let changed = !writes.is_empty() || !deletes.is_empty();
     let exists_after = |path: &Path| {
         outcomes
             .iter()
             .find(|o| o.path == path)
             .is_none_or(|o| o.after.is_some())
     };
-    let validation = match base {
-        _ if !changed => None,
-        Base::Dump(config) if exists_after(&config) => Some(Validation {
+    let validation = base
+        .filter(|config| changed && exists_after(config))
+        .map(|config| Validation {
             containerd,
             config,
             scratch: None,
             present,
             absent,
+            recorded: previous.handlers().map(|h| h.handler.clone()).collect(),
             baseline: None,
-        }),
-        Base::Scratch(scratch) => Some(Validation {
-            containerd,
-            config: scratch.path.clone(),
-            scratch: Some(scratch),
-            present,
-            absent,
-            baseline: None,
-        }),
-        _ => None,
-    };
+        });
     Plan {
         target,
         backups,
@@ -453,37 +410,6 @@ fn assemble(
         validation,
         ownership: Ownership::from_files(owned_files),
         changed,
-    }
-}
-
-/// The names containerd accepts in `disabled_plugins` for its CRI plugin: the short name of
-/// containerd 1.x and the ids of the plugins that serve runtimes in 1.x and 2.x.
-const CRI_PLUGIN_NAMES: &[&str] = &[
-    "cri",
-    "io.containerd.grpc.v1.cri",
-    "io.containerd.cri.v1.runtime",
-];
-
-/// A node whose containerd has no CRI plugin cannot serve a runtime handler to the kubelet:
-/// refused before anything is planned, naming the file and the entry.
-fn ensure_cri_enabled(host: &dyn HostFs, config: &Path) -> Result<(), ConfigError> {
-    let Some(text) = read_host(host, config)? else {
-        return Ok(());
-    };
-    let doc = parse_toml(config, &text)?;
-    let disabled = doc
-        .get("disabled_plugins")
-        .and_then(toml_edit::Item::as_array)
-        .into_iter()
-        .flat_map(|array| array.iter())
-        .filter_map(toml_edit::Value::as_str)
-        .find(|name| CRI_PLUGIN_NAMES.contains(name));
-    match disabled {
-        Some(plugin) => Err(ConfigError::CriDisabled {
-            path: config.to_path_buf(),
-            plugin: plugin.to_string(),
-        }),
-        None => Ok(()),
     }
 }
 
@@ -498,19 +424,22 @@ fn edit_config(
     kept: Option<&[KeptRuntime]>,
 ) -> Result<FileOutcome, ConfigError> {
     let before = read_host(host, path)?;
-    let (mut doc, version, created) = match &before {
-        Some(text) => {
-            let doc = parse_toml(path, text)?;
+    let untouched = match &before {
+        Some(text) => parse_toml(path, text)?,
+        None => DocumentMut::new(),
+    };
+    let mut doc = untouched.clone();
+    let (version, created) = match &before {
+        Some(_) => {
             let version = ConfigVersion::detect(path, &doc)?;
-            (doc, version, previous.is_some_and(|p| p.created))
+            (version, previous.is_some_and(|p| p.created))
         }
         None => {
             if runtimes.is_empty() && import.is_none() {
                 return Ok(unchanged(path, FileRole::Config, None));
             }
-            let mut doc = DocumentMut::new();
             doc.insert("version", toml_edit::value(new_file_version.number()));
-            (doc, new_file_version, true)
+            (new_file_version, true)
         }
     };
     let outcome = reconcile_runtimes(
@@ -547,7 +476,7 @@ fn edit_config(
     }
     let after = match (&before, dirty) {
         (Some(text), false) => text.clone(),
-        (original, _) => render_like(&doc, original.as_deref().unwrap_or_default()),
+        (original, _) => render_edit(original.as_deref().unwrap_or_default(), &untouched, &doc),
     };
     Ok(FileOutcome {
         path: path.to_path_buf(),
@@ -639,93 +568,6 @@ fn ensure_adoptable_file(
     Ok(())
 }
 
-/// A k3s/rke2 template: the TOML body below the Go-template header lines is edited like a config
-/// file; the header stays verbatim.
-fn edit_template(
-    host: &dyn HostFs,
-    path: &Path,
-    rendered: &Path,
-    version: ConfigVersion,
-    runtimes: &[RuntimeEntry],
-    previous: Option<&OwnedFile>,
-) -> Result<FileOutcome, ConfigError> {
-    let role = FileRole::Template {
-        rendered: rendered.to_path_buf(),
-    };
-    for runtime in runtimes {
-        // Keys are written into the template too (found by the fuzz target `containerd_config`:
-        // an option key with `{{` made a template k3s would execute and we would refuse next).
-        if let Some(key) = runtime.options.keys().find(|k| k.contains("{{")) {
-            return Err(ConfigError::UnsafeTemplateKey {
-                path: path.to_path_buf(),
-                handler: runtime.handler.clone(),
-                key: key.clone(),
-            });
-        }
-        for (key, value) in runtime.strings() {
-            if value.contains("{{") {
-                return Err(ConfigError::UnsafeTemplateValue {
-                    path: path.to_path_buf(),
-                    key: version.runtime_table(&runtime.handler).join(key),
-                    value: value.to_string(),
-                });
-            }
-        }
-    }
-    let before = read_host(host, path)?;
-    let (header, body, created) = match &before {
-        Some(text) => {
-            let parts = split_template(path, text)?;
-            (
-                parts.header.to_string(),
-                parts.body.to_string(),
-                previous.is_some_and(|p| p.created),
-            )
-        }
-        None if runtimes.is_empty() => return Ok(unchanged(path, role, None)),
-        None => (BASE_TEMPLATE_HEADER.to_string(), String::new(), true),
-    };
-    let mut doc = parse_toml(path, &body)?;
-    let outcome = reconcile_runtimes(
-        &mut doc,
-        &RuntimeEdit {
-            path,
-            version,
-            desired: runtimes,
-            previous,
-            style: (before.is_none()).then(RuntimeStyle::generated),
-            kept: None,
-        },
-    )?;
-    let mut owned = OwnedFile::new(path, role.clone());
-    owned.created = created;
-    owned.handlers = outcome.handlers;
-    owned.created_tables = outcome.created_tables;
-    if created && owned.handlers.is_empty() {
-        return Ok(FileOutcome {
-            path: path.to_path_buf(),
-            role,
-            before,
-            after: None,
-            owned,
-        });
-    }
-    let after = match (&before, outcome.dirty) {
-        (Some(text), false) => text.clone(),
-        _ => format!("{header}{}", render_like(&doc, &body)),
-    };
-    Ok(FileOutcome {
-        path: path.to_path_buf(),
-        role,
-        before,
-        after: Some(after),
-        owned,
-    })
-}
-
-/// Removes everything a record claims from its file. Files we created as a whole (drop-ins,
-/// templates) are deleted; a config file we created is deleted once nothing but its `version`
-/// is left in it.
 /// Records on an edited file what it was before we first changed it: carried over from the
 /// previous record, or taken now when we own nothing in the file yet and it holds none of our
 /// handler tables (after a lost state file, adopted tables mean nobody knows its pre-us bytes).
@@ -746,23 +588,14 @@ fn remember_original(outcome: &mut FileOutcome, previous: Option<&OwnedFile>) {
 /// keys produced (nobody else changed the file's content since), else the structured result.
 fn prefer_original(owned: &OwnedFile, removed: String) -> String {
     match &owned.original {
-        Some(original) if same_document(&owned.role, &owned.path, original, &removed) => {
-            original.clone()
-        }
+        Some(original) if same_document(original, &removed) => original.clone(),
         _ => removed,
     }
 }
 
 /// Whether two versions of a file mean the same: equal TOML values (formatting, comments and
-/// key spelling aside) and, for templates, equal template headers.
-fn same_document(role: &FileRole, path: &Path, a: &str, b: &str) -> bool {
-    let (a, b) = match role {
-        FileRole::Template { .. } => match (split_template(path, a), split_template(path, b)) {
-            (Ok(a), Ok(b)) if a.header == b.header => (a.body.to_string(), b.body.to_string()),
-            _ => return false,
-        },
-        _ => (a.to_string(), b.to_string()),
-    };
+/// key spelling aside).
+fn same_document(a: &str, b: &str) -> bool {
     match (
         a.parse::<toml_edit::DocumentMut>(),
         b.parse::<toml_edit::DocumentMut>(),
@@ -772,17 +605,10 @@ fn same_document(role: &FileRole, path: &Path, a: &str, b: &str) -> bool {
     }
 }
 
-/// Whether `text` (a TOML document, possibly a template body) contains one of the handler tables
-/// of `owned`. Unparsable text counts as holding them: then no original is recorded.
+/// Whether `text` contains one of the handler tables of `owned`. Unparsable text counts as
+/// holding them: then no original is recorded.
 fn holds_any_handler(text: &str, owned: &OwnedFile) -> bool {
-    let body = match &owned.role {
-        FileRole::Template { .. } => match split_template(&owned.path, text) {
-            Ok(parts) => parts.body.to_string(),
-            Err(_) => return true,
-        },
-        _ => text.to_string(),
-    };
-    let Ok(doc) = body.parse::<toml_edit::DocumentMut>() else {
+    let Ok(doc) = text.parse::<toml_edit::DocumentMut>() else {
         return true;
     };
     owned
@@ -791,6 +617,8 @@ fn holds_any_handler(text: &str, owned: &OwnedFile) -> bool {
         .any(|h| table_at(doc.as_table(), &h.table).is_some())
 }
 
+/// Removes everything a record claims from its file. Drop-ins we created are deleted; a config
+/// file we created is deleted once nothing but its `version` is left in it.
 fn remove_from(host: &dyn HostFs, owned: &OwnedFile) -> Result<FileOutcome, ConfigError> {
     let path = owned.path.as_path();
     let before = read_host(host, path)?;
@@ -806,25 +634,16 @@ fn remove_from(host: &dyn HostFs, owned: &OwnedFile) -> Result<FileOutcome, Conf
         owned: OwnedFile::new(path, owned.role.clone()),
     };
     match &owned.role {
-        FileRole::DropIn { .. } | FileRole::Template { .. } if owned.created => Ok(gone(before)),
-        FileRole::Template { .. } => {
-            let parts = split_template(path, &text)?;
-            let mut doc = parse_toml(path, parts.body)?;
-            let after = if remove_owned(&mut doc, owned) {
-                format!("{}{}", parts.header, render_like(&doc, parts.body))
-            } else {
-                text.clone()
-            };
-            Ok(finished(path, owned, before, prefer_original(owned, after)))
-        }
+        FileRole::DropIn { .. } if owned.created => Ok(gone(before)),
         _ => {
-            let mut doc = parse_toml(path, &text)?;
+            let untouched = parse_toml(path, &text)?;
+            let mut doc = untouched.clone();
             let dirty = remove_owned(&mut doc, owned);
             if owned.created && only_version_left(&doc) {
                 return Ok(gone(before));
             }
             let after = if dirty {
-                render_like(&doc, &text)
+                render_edit(&text, &untouched, &doc)
             } else {
                 text.clone()
             };
@@ -853,102 +672,9 @@ fn unchanged(path: &Path, role: FileRole, before: Option<String>) -> FileOutcome
     }
 }
 
-/// What validation dumps for a drop-in: the main file when it imports the drop-in (by glob or
-/// exactly); otherwise (k0s merges drop-ins itself) a scratch copy of the main file that imports
-/// it, which proves our file parses and our keys are known.
-fn drop_in_base(
-    host: &dyn HostFs,
-    outcomes: &[FileOutcome],
-    file: &Path,
-    main: &Path,
-) -> Result<Base, ConfigError> {
-    let Some(text) = read_host(host, main)? else {
-        return Ok(Base::Nothing);
-    };
-    let doc = parse_toml(main, &text)?;
-    let imports = imports_of(main, &doc)?;
-    if covered_drop_in(main, &imports).as_deref() == Some(file)
-        || imports_exactly(main, &imports, file)
-    {
-        return Ok(Base::Dump(main.to_path_buf()));
-    }
-    let drop_in_exists = outcomes
-        .iter()
-        .find(|o| o.path == file)
-        .is_some_and(|o| o.after.is_some());
-    if !drop_in_exists {
-        return Ok(Base::Dump(main.to_path_buf()));
-    }
-    let mut doc = doc;
-    let mut scratch_owned = OwnedFile::new(main, FileRole::Config);
-    ensure_import(main, &mut doc, &utf8(file)?, None, &mut scratch_owned)?;
-    Ok(Base::Scratch(ScratchFile {
-        path: scratch_path(main),
-        content: render_like(&doc, &text),
-    }))
-}
-
-/// The config the distribution will render from the template once containerd restarts: its
-/// current rendering with the same edits applied. `None` when nothing was rendered yet. The flag
-/// says whether the prediction differs from the current rendering (a restart is still due).
-fn predict_render(
-    host: &dyn HostFs,
-    rendered: &Path,
-    edit: RenderEdit<'_>,
-) -> Result<Option<(String, bool)>, ConfigError> {
-    let Some(text) = read_host(host, rendered)? else {
-        return Ok(None);
-    };
-    let mut doc = parse_toml(rendered, &text)?;
-    let dirty = match edit {
-        RenderEdit::Install {
-            version,
-            runtimes,
-            previous,
-        } => {
-            // The template's record applies to the rendering: the distribution copies the
-            // template body verbatim after its base config.
-            let previous = previous.map(|p| OwnedFile {
-                path: rendered.to_path_buf(),
-                ..p.clone()
-            });
-            let edit = RuntimeEdit {
-                path: rendered,
-                version,
-                desired: runtimes,
-                previous: previous.as_ref(),
-                style: None,
-                kept: None,
-            };
-            reconcile_runtimes(&mut doc, &edit)?.dirty
-        }
-        RenderEdit::Remove(owned) => remove_owned(&mut doc, owned),
-    };
-    let content = if dirty {
-        render_like(&doc, &text)
-    } else {
-        text
-    };
-    Ok(Some((content, dirty)))
-}
-
-/// What [`predict_render`] applies to the current rendering.
-enum RenderEdit<'a> {
-    Install {
-        version: ConfigVersion,
-        runtimes: &'a [RuntimeEntry],
-        previous: Option<&'a OwnedFile>,
-    },
-    Remove(&'a OwnedFile),
-}
-
 /// Whether a document holds nothing besides a top-level `version`.
 fn only_version_left(doc: &DocumentMut) -> bool {
     doc.as_table().iter().all(|(key, _)| key == "version")
-}
-
-fn scratch_path(config: &Path) -> PathBuf {
-    suffixed(config, SCRATCH_SUFFIX)
 }
 
 fn suffixed(path: &Path, suffix: &str) -> PathBuf {

@@ -217,27 +217,42 @@ impl RuntimeEntry {
         }
         Ok(())
     }
+}
 
-    /// Every string value this entry writes, with the key it goes to (relative to the table).
-    pub(crate) fn strings(&self) -> Vec<(Vec<&str>, &str)> {
-        let mut out = vec![(vec!["runtime_type"], self.runtime_type.as_str())];
-        if self.managed_key != ManagedKey::RuntimeType {
-            out.push((
-                self.managed_key.segments().to_vec(),
-                self.runtime_path.as_str(),
-            ));
+/// What a runtime table of someone else's says, for error messages: its type and the binary it
+/// runs, e.g. `runtime_type = "io.containerd.runc.v2", options.BinaryName = "/usr/bin/x"`.
+pub(crate) fn describe_runtime(table: &dyn toml_edit::TableLike) -> String {
+    let mut parts = Vec::new();
+    for key in [
+        ManagedKey::RuntimeType,
+        ManagedKey::RuntimePath,
+        ManagedKey::BinaryName,
+    ] {
+        let (last, parents) = match key.segments().split_last() {
+            Some(split) => split,
+            None => continue,
+        };
+        let mut here = Some(table);
+        for segment in parents {
+            here = here
+                .and_then(|t| t.get(segment))
+                .and_then(|i| i.as_table_like());
         }
-        out.extend(
-            self.pod_annotations
-                .iter()
-                .map(|a| (vec!["pod_annotations"], a.as_str())),
-        );
-        for (key, value) in &self.options {
-            if let OptionValue::String(text) = value {
-                out.push((vec!["options", key.as_str()], text.as_str()));
-            }
-        }
-        out
+        // Dumps print every field; an empty one says nothing.
+        let value = match here.and_then(|t| t.get(last)) {
+            Some(item) => match item.as_str() {
+                Some("") => continue,
+                Some(text) => format!("{text:?}"),
+                None => item.to_string().trim().to_string(),
+            },
+            None => continue,
+        };
+        parts.push(format!("{} = {value}", key.name()));
+    }
+    if parts.is_empty() {
+        "no runtime_type, runtime_path or options.BinaryName".to_string()
+    } else {
+        parts.join(", ")
     }
 }
 
@@ -471,10 +486,6 @@ mod tests {
             .for_containerd(ContainerdVersion::new(1, 6, 20));
         assert_eq!(old.managed_key, ManagedKey::RuntimeType);
         assert_eq!(old.runtime_type, shim.runtime_path);
-        assert_eq!(
-            old.strings(),
-            [(vec!["runtime_type"], shim.runtime_path.as_str())]
-        );
         for fixed in [
             ContainerdVersion::new(1, 6, 21),
             ContainerdVersion::new(1, 7, 0),

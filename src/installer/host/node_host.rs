@@ -374,6 +374,10 @@ impl HostFs for NodeHost {
     fn exists(&self, path: &Path) -> io::Result<bool> {
         self.fs.host_root().exists(path)
     }
+
+    fn entries(&self, dir: &Path) -> io::Result<Vec<String>> {
+        self.fs.host_root().entries(dir)
+    }
 }
 
 impl Host for NodeHost {

@@ -307,6 +307,10 @@ impl HostFs for TestHost {
     fn exists(&self, path: &Path) -> io::Result<bool> {
         self.fs.host_root().exists(path)
     }
+
+    fn entries(&self, dir: &Path) -> io::Result<Vec<String>> {
+        self.fs.host_root().entries(dir)
+    }
 }
 
 impl Host for TestHost {

@@ -1,0 +1,250 @@
+//! The files containerd reads: the main config and, recursively, every file its `imports` name,
+//! resolved as the node's containerd resolves them; and the checks that need all of them: a
+//! disabled CRI plugin and runtime tables of our handlers that belong to someone else.
+//!
+//! How containerd finds the files (observed with the real 1.6 and 2.3 binaries, pinned by
+//! `test/integration/containerd_config.rs`):
+//!
+//! - an entry is a glob only when it contains `*`, expanded with Go's rules ([`super::glob`]);
+//! - containerd 2.x resolves every relative entry against the importing file's directory;
+//!   containerd 1.x does so for a relative file name, but expands a relative glob against its
+//!   own working directory, which for the service is `/`;
+//! - imported files' own `imports` are followed too, each file once;
+//! - a missing file named exactly is skipped by 2.x and makes 1.x fail to start (its dump,
+//!   which validation runs, reports that).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use toml_edit::DocumentMut;
+
+use super::config_version::{ConfigVersion, parse_toml};
+use super::daemon_version::ContainerdVersion;
+use super::error::ConfigError;
+use super::glob::{expand, is_glob};
+use super::host::{HostFs, read_host};
+use super::imports::{imports_of, resolve};
+use super::key_path::KeyPath;
+use super::ownership::Ownership;
+use super::runtime::{RuntimeEntry, describe_runtime};
+
+/// At most this many files are followed through `imports`; more is not a config anyone writes,
+/// and the walk must end on any host.
+const MAX_FILES: usize = 256;
+
+/// One file containerd reads, parsed.
+pub(crate) struct ReadFile {
+    pub path: PathBuf,
+    pub doc: DocumentMut,
+}
+
+/// The files `containerd --config <main>` reads, in the order it reads them: `main` first,
+/// then its imports, breadth first; without `ours`, the drop-in we generate as a whole (which
+/// is checked on its own, also when it is not TOML). Empty when `main` does not exist.
+pub(crate) fn files_read(
+    host: &dyn HostFs,
+    containerd: ContainerdVersion,
+    main: &Path,
+    ours: Option<&Path>,
+) -> Result<Vec<ReadFile>, ConfigError> {
+    let mut queue = vec![main.to_path_buf()];
+    let mut seen: BTreeSet<PathBuf> = queue.iter().cloned().collect();
+    let mut files = Vec::new();
+    let mut next = 0;
+    while next < queue.len() && files.len() < MAX_FILES {
+        let path = queue[next].clone();
+        next += 1;
+        if Some(path.as_path()) == ours {
+            continue;
+        }
+        let Some(text) = read_host(host, &path)? else {
+            continue;
+        };
+        let doc = parse_toml(&path, &text)?;
+        let dir = path.parent().unwrap_or(Path::new("/")).to_path_buf();
+        for entry in imports_of(&path, &doc)? {
+            let relative_to = if is_glob(&entry) && containerd.major < 2 {
+                Path::new("/")
+            } else {
+                dir.as_path()
+            };
+            let resolved = resolve(relative_to, &entry);
+            let found = if is_glob(&entry) {
+                expand(host, &resolved)?
+            } else {
+                vec![resolved]
+            };
+            for file in found {
+                if seen.insert(file.clone()) {
+                    queue.push(file);
+                }
+            }
+        }
+        files.push(ReadFile { path, doc });
+    }
+    Ok(files)
+}
+
+/// The names containerd accepts in `disabled_plugins` for its CRI plugin: the short name of
+/// containerd 1.x and the ids of the plugins that serve runtimes in 1.x and 2.x.
+const CRI_PLUGIN_NAMES: &[&str] = &[
+    "cri",
+    "io.containerd.grpc.v1.cri",
+    "io.containerd.cri.v1.runtime",
+];
+
+/// A node whose containerd has no CRI plugin cannot serve a runtime handler to the kubelet.
+/// containerd adds up `disabled_plugins` of every file it reads, so each one counts.
+pub(crate) fn ensure_cri_enabled(files: &[ReadFile]) -> Result<(), ConfigError> {
+    for file in files {
+        let disabled = file
+            .doc
+            .get("disabled_plugins")
+            .and_then(toml_edit::Item::as_array)
+            .into_iter()
+            .flat_map(|array| array.iter())
+            .filter_map(toml_edit::Value::as_str)
+            .find(|name| CRI_PLUGIN_NAMES.contains(name));
+        if let Some(plugin) = disabled {
+            return Err(ConfigError::CriDisabled {
+                path: file.path.clone(),
+                plugin: plugin.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Where a runtime table of each config version lives. Every file is searched at all of them:
+/// containerd 2.x reads the split CRI plugin's table also from a version-2 file (it does not
+/// overwrite it when migrating), and a table at a path the node's release ignores is refused
+/// too rather than reasoned away: it still names our handler for someone else.
+const LAYOUTS: [ConfigVersion; 3] = [ConfigVersion::V1, ConfigVersion::V2, ConfigVersion::V3];
+
+/// Refuses a runtime table of one of our handlers that is not ours, in any file containerd
+/// reads. Ours are the tables the record says we wrote in that file, and in `editable` (the
+/// file we edit in place) a table that points at our managed binary (ours from a run whose
+/// record was lost).
+pub(crate) fn ensure_no_foreign_handlers(
+    files: &[ReadFile],
+    runtimes: &[RuntimeEntry],
+    previous: &Ownership,
+    editable: Option<&Path>,
+) -> Result<(), ConfigError> {
+    for file in files {
+        let record = previous.file(&file.path);
+        for runtime in runtimes {
+            for layout in LAYOUTS {
+                let key = layout.runtime_table(&runtime.handler);
+                let Some(table) = table_like_at(&file.doc, &key) else {
+                    continue;
+                };
+                let recorded = record
+                    .and_then(|r| r.handler(&runtime.handler))
+                    .is_some_and(|owned| owned.table == key);
+                let adoptable = Some(file.path.as_path()) == editable
+                    && runtime.managed_key.value_in(table) == Some(runtime.runtime_path.as_str());
+                if !(recorded || adoptable) {
+                    return Err(ConfigError::ForeignRuntime {
+                        path: file.path.clone(),
+                        key,
+                        defines: describe_runtime(table),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The table at `path`, however it is written: a `[header]`, dotted keys or an inline table.
+fn table_like_at<'d>(doc: &'d DocumentMut, path: &KeyPath) -> Option<&'d dyn toml_edit::TableLike> {
+    let mut here: &dyn toml_edit::TableLike = doc.as_table();
+    for segment in path.segments() {
+        here = here.get(segment)?.as_table_like()?;
+    }
+    Some(here)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::installer::containerd::host::MemoryHost;
+
+    const C1: ContainerdVersion = ContainerdVersion::new(1, 7, 27);
+    const C2: ContainerdVersion = ContainerdVersion::new(2, 3, 7);
+    const MAIN: &str = "/etc/containerd/config.toml";
+
+    fn paths(host: &MemoryHost, containerd: ContainerdVersion) -> Vec<String> {
+        files_read(host, containerd, Path::new(MAIN), None)
+            .unwrap()
+            .iter()
+            .map(|f| f.path.display().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn follows_imports_as_each_release_resolves_them() {
+        let host = MemoryHost::new()
+            .with(
+                MAIN,
+                "version = 2\nimports = [\"conf.d/*.toml\", \"extra.toml\", \"/opt/abs/*.toml\"]\n",
+            )
+            .with(
+                "/etc/containerd/conf.d/10-a.toml",
+                "version = 2\nimports = [\"nested/b.toml\"]\n",
+            )
+            .with("/etc/containerd/conf.d/nested/b.toml", "version = 2\n")
+            .with("/etc/containerd/extra.toml", "version = 2\n")
+            .with(
+                "/opt/abs/x.toml",
+                "version = 2\nimports = [\"/etc/containerd/extra.toml\"]\n",
+            )
+            .with("/conf.d/from-root.toml", "version = 2\n");
+        // 2.x: everything relative to the importing file; each file once.
+        assert_eq!(
+            paths(&host, C2),
+            [
+                MAIN,
+                "/etc/containerd/conf.d/10-a.toml",
+                "/etc/containerd/extra.toml",
+                "/opt/abs/x.toml",
+                "/etc/containerd/conf.d/nested/b.toml",
+            ]
+        );
+        // 1.x: a relative glob resolves against containerd's working directory, `/`.
+        assert_eq!(
+            paths(&host, C1),
+            [
+                MAIN,
+                "/conf.d/from-root.toml",
+                "/etc/containerd/extra.toml",
+                "/opt/abs/x.toml",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_missing_main_file_reads_nothing_and_cycles_end() {
+        assert!(paths(&MemoryHost::new(), C2).is_empty());
+        let host = MemoryHost::new()
+            .with(MAIN, "imports = [\"/etc/containerd/conf.d/*.toml\"]\n")
+            .with(
+                "/etc/containerd/conf.d/a.toml",
+                "imports = [\"/etc/containerd/config.toml\", \"a.toml\"]\n",
+            );
+        assert_eq!(paths(&host, C2), [MAIN, "/etc/containerd/conf.d/a.toml"]);
+    }
+
+    #[test]
+    fn errors_name_the_imported_file() {
+        let host = MemoryHost::new()
+            .with(MAIN, "imports = [\"/etc/containerd/conf.d/*.toml\"]\n")
+            .with("/etc/containerd/conf.d/bad.toml", "[plugins\n");
+        let err = files_read(&host, C2, Path::new(MAIN), None)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("/etc/containerd/conf.d/bad.toml"), "{err}");
+    }
+}
