@@ -56,6 +56,8 @@ mod text;
 mod toml_value;
 
 #[cfg(test)]
+mod foreign_docs;
+#[cfg(test)]
 mod golden_tests;
 #[cfg(test)]
 mod plan_tests;

@@ -1,7 +1,10 @@
 //! Property tests: over generated configs (versions, foreign tables, comments, indentation,
 //! CRLF, missing final newline) and generated runtimes (handler names, option maps of every
 //! type), install is idempotent, never changes or drops a byte of the original, and uninstall
-//! gives the original back byte for byte.
+//! gives the original back byte for byte. Over foreign documents spelled every way TOML allows
+//! ([`super::foreign_docs`]), an install only adds lines: no line that is not ours changes,
+//! except the one `imports` entry a containerd 2.x main file gets when nothing imports our
+//! drop-in yet.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -11,6 +14,7 @@ use toml_edit::{DocumentMut, Item, Value};
 
 use crate::desired_shims::OptionValue;
 
+use super::foreign_docs::{foreign_document, imports_lines, line_changes, seeds};
 use super::*;
 
 const MAIN: &str = "/etc/containerd/config.toml";
@@ -267,6 +271,68 @@ proptest! {
             prop_assert!(item.is_none(), "{} still present", gone.handler);
         }
         let removal = plan_uninstall(&host, containerd, &second.ownership).unwrap();
+        host.apply(&removal);
+        prop_assert_eq!(&host.files[Path::new(MAIN)], &text);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn foreign_documents_parse(seed in seeds()) {
+        let text = foreign_document(&seed);
+        prop_assert!(text.parse::<DocumentMut>().is_ok(), "{}", text);
+    }
+
+    #[test]
+    fn an_install_only_adds_lines_to_a_foreign_document(
+        seed in seeds(),
+        runtimes in runtimes(),
+        containerd_2 in any::<bool>(),
+    ) {
+        let text = foreign_document(&seed);
+        let containerd = if containerd_2 {
+            ContainerdVersion::new(2, 3, 7)
+        } else {
+            ContainerdVersion::new(1, 7, 27)
+        };
+        let mut host = MemoryHost::new().with(MAIN, text.clone());
+        let target = locate(&host, containerd, None).unwrap();
+        let first = install(&mut host, containerd, &runtimes, &Ownership::default());
+        let main = host.files[Path::new(MAIN)].clone();
+        prop_assert!(main.parse::<DocumentMut>().is_ok(), "{}", main);
+
+        let (gone, added) = line_changes(&text, &main);
+        match &target.strategy {
+            // The main file is imported from, not edited: not one byte changes.
+            WriteStrategy::DropIn { .. } => prop_assert_eq!(&main, &text),
+            // Exactly our entry joins `imports` (a one-line array is one changed line).
+            WriteStrategy::DropInWithImport { .. } => {
+                let imports = imports_lines(&text);
+                prop_assert!(
+                    gone.iter().all(|line| imports.contains(line)),
+                    "lines not ours changed: {:?}\n{}\n---\n{}", gone, text, main
+                );
+                let new_lines: Vec<&str> = main.trim_start_matches('\u{feff}').lines().collect();
+                let ours = added
+                    .iter()
+                    .filter(|&&line| new_lines[line].contains(DROP_IN_NAME))
+                    .count();
+                prop_assert_eq!(ours, 1, "{}", main);
+            }
+            WriteStrategy::InPlace { .. } => prop_assert!(
+                gone.is_empty(),
+                "lines not ours changed: {:?}\n{}\n---\n{}", gone, text, main
+            ),
+        }
+
+        let snapshot = host.clone();
+        let again = install(&mut host, containerd, &runtimes, &first.ownership);
+        prop_assert!(!again.changed);
+        prop_assert_eq!(&host, &snapshot);
+
+        let removal = plan_uninstall(&host, containerd, &first.ownership).unwrap();
         host.apply(&removal);
         prop_assert_eq!(&host.files[Path::new(MAIN)], &text);
     }
