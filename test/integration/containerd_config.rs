@@ -20,6 +20,8 @@ use toml_edit::DocumentMut;
 
 use crate::support::installer::containerd;
 
+mod classes;
+
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
@@ -312,6 +314,104 @@ fn containerd_behaviours_the_rules_rely_on() {
     check_dump(&main, v1, std::slice::from_ref(&spin), &[], &output).unwrap();
 }
 
+/// How containerd finds the files it reads, which the engine's search for foreign runtimes and
+/// disabled CRI plugins mirrors (`sources.rs`), pinned with both releases.
+#[test]
+fn import_resolution_the_search_relies_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let runtime = |handler: &str| {
+        format!(
+            "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.{handler}]\n  runtime_type = \"io.containerd.{handler}.v1\"\n"
+        )
+    };
+    let runtimes_of = |binary: &Path, config: &Path, major: u64| -> Vec<String> {
+        let output = dump(binary, config);
+        assert_eq!(output.exit_code, Some(0), "{}", output.stderr);
+        let version = ContainerdVersion::new(major, 0, 0);
+        EffectiveConfig::parse(config, version, &output.stdout)
+            .unwrap()
+            .runtime_handlers()
+    };
+    // Nested, relative, file names exactly: resolved against the importing file's directory,
+    // by both releases.
+    write(
+        "nested/a.toml",
+        "version = 2\nimports = [\"deeper/b.toml\"]\n",
+    );
+    write("nested/deeper/b.toml", &runtime("nested"));
+    let main = write(
+        "nested.toml",
+        "version = 2\nimports = [\"nested/a.toml\"]\n",
+    );
+    for major in [1, 2] {
+        assert!(
+            runtimes_of(&containerd(major), &main, major).contains(&"nested".to_string()),
+            "containerd {major}.x"
+        );
+    }
+    // Only `*` makes a glob: with `?` alone the entry names a file literally (which 1.x then
+    // fails to open; 2.x skips a missing file).
+    write("literal/x.toml", &runtime("literal"));
+    let main = write(
+        "literal.toml",
+        &format!(
+            "version = 2\nimports = [\"{}/literal/?.toml\"]\n",
+            dir.path().display()
+        ),
+    );
+    assert_ne!(dump(&containerd(1), &main).exit_code, Some(0));
+    assert!(!runtimes_of(&containerd(2), &main, 2).contains(&"literal".to_string()));
+    // A glob with `*` follows Go's rules, classes included.
+    let main = write(
+        "class.toml",
+        &format!(
+            "version = 2\nimports = [\"{}/literal/[x]*.toml\"]\n",
+            dir.path().display()
+        ),
+    );
+    for major in [1, 2] {
+        assert!(
+            runtimes_of(&containerd(major), &main, major).contains(&"literal".to_string()),
+            "containerd {major}.x"
+        );
+    }
+    // `disabled_plugins` of an imported file counts.
+    write(
+        "off/no-cri.toml",
+        "version = 2\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n",
+    );
+    let main = write(
+        "off.toml",
+        &format!(
+            "version = 2\nimports = [\"{}/off/*.toml\"]\n",
+            dir.path().display()
+        ),
+    );
+    for major in [1, 2] {
+        let output = dump(&containerd(major), &main);
+        let doc: DocumentMut = output.stdout.parse().unwrap();
+        let disabled = doc["disabled_plugins"].as_array().unwrap();
+        assert!(
+            disabled
+                .iter()
+                .any(|v| v.as_str() == Some("io.containerd.grpc.v1.cri")),
+            "containerd {major}.x: {disabled}"
+        );
+    }
+    // containerd 2.x also reads the split runtime plugin's table from a version-2 file.
+    let main = write(
+        "split.toml",
+        "version = 2\n[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.split]\n  runtime_type = \"io.containerd.split.v1\"\n",
+    );
+    assert!(runtimes_of(&containerd(2), &main, 2).contains(&"split".to_string()));
+}
+
 fn runtimes() -> Vec<RuntimeEntry> {
     vec![
         RuntimeEntry {
@@ -426,24 +526,39 @@ fn end_to_end_on_a_host_root_with_each_containerd() {
     }
 }
 
-/// A plan whose validation fails is detected before any restart: here a foreign drop-in that
-/// sorts after ours redefines our handler.
+/// A foreign drop-in that sorts after ours and redefines our handler: refused up front when
+/// it is there while planning, and caught by validation (before any restart) when it appears
+/// between planning and validation.
 #[test]
-fn validation_catches_an_overriding_drop_in() {
+fn an_overriding_drop_in_is_refused_or_caught_by_validation() {
     let binary = containerd(2);
     let dir = tempfile::tempdir().unwrap();
     let root = HostRoot::new(dir.path());
     let main = root.resolve(Path::new("/etc/containerd/config.toml"));
     std::fs::create_dir_all(main.parent().unwrap().join("conf.d")).unwrap();
     std::fs::write(&main, "version = 3\nimports = [\"conf.d/*.toml\"]\n").unwrap();
-    std::fs::write(
-        main.parent().unwrap().join("conf.d/90-other.toml"),
-        "version = 3\n[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.spin]\n  runtime_type = \"io.containerd.other.v1\"\n",
-    )
-    .unwrap();
+    let other = main.parent().unwrap().join("conf.d/90-other.toml");
+    let write_other = || {
+        std::fs::write(
+            &other,
+            "version = 3\n[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.spin]\n  runtime_type = \"io.containerd.other.v1\"\n",
+        )
+        .unwrap()
+    };
     let version = ContainerdVersion::new(2, 3, 7);
     let target = locate(&root, version, None).unwrap();
+
+    write_other();
+    let err = plan_install(&root, &target, &runtimes(), &Ownership::default()).unwrap_err();
+    assert!(
+        matches!(&err, ConfigError::ForeignRuntime { path, .. }
+            if path == Path::new("/etc/containerd/conf.d/90-other.toml")),
+        "{err}"
+    );
+
+    std::fs::remove_file(&other).unwrap();
     let plan = plan_install(&root, &target, &runtimes(), &Ownership::default()).unwrap();
+    write_other();
     let err = apply_and_validate(&root, &plan, &binary).unwrap_err();
     assert!(
         matches!(

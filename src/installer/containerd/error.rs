@@ -43,6 +43,19 @@ pub enum ConfigError {
     )]
     CriDisabled { path: PathBuf, plugin: String },
 
+    #[error(
+        "{path}: this file, imported by {main}, defines `{key}`, and containerd {containerd} \
+         replaces the whole table of {main} with an imported one: runtimes added to {main} would \
+         be lost (and are with every setting of that table there); refusing to change anything \
+         (move the settings of {path} into {main}, or use containerd 2.x, which merges imports)"
+    )]
+    CriTableImported {
+        path: PathBuf,
+        main: PathBuf,
+        key: KeyPath,
+        containerd: String,
+    },
+
     #[error("containerd {version} is not supported (supported majors: 1 and 2)")]
     UnsupportedContainerd { version: String },
 

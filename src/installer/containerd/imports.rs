@@ -122,16 +122,31 @@ pub(crate) fn ensure_import(
                 });
             };
             let mut value = Value::from(entry);
-            // In a multi-line array the new entry goes on its own line like the others.
-            if let Some(prefix) = array
-                .iter()
-                .last()
-                .and_then(|last| last.decor().prefix())
-                .and_then(|prefix| prefix.as_str())
-                .filter(|prefix| prefix.contains('\n'))
+            // In a multi-line array the new entry goes on its own line like the others. Without
+            // a trailing comma, the line break before `]` is the last entry's suffix: it moves
+            // behind our entry, so that the comma lands right after the previous entry.
+            let len = array.len();
+            if let Some(last) = array.get_mut(len.wrapping_sub(1))
+                && let Some(prefix) = last
+                    .decor()
+                    .prefix()
+                    .and_then(|prefix| prefix.as_str())
+                    .filter(|prefix| prefix.contains('\n'))
+                    .map(str::to_string)
             {
-                value.decor_mut().set_prefix(prefix.to_string());
-                value.decor_mut().set_suffix("");
+                let suffix = last
+                    .decor()
+                    .suffix()
+                    .and_then(|suffix| suffix.as_str())
+                    .unwrap_or_default()
+                    .to_string();
+                value.decor_mut().set_prefix(prefix);
+                if suffix.trim().is_empty() {
+                    last.decor_mut().set_suffix("");
+                    value.decor_mut().set_suffix(suffix);
+                } else {
+                    value.decor_mut().set_suffix("");
+                }
             }
             array.push_formatted(value);
             owned.created_imports = previous.is_some_and(|p| p.created_imports);
@@ -159,12 +174,31 @@ pub(crate) fn remove_imports(doc: &mut DocumentMut, owned: &OwnedFile) -> bool {
     else {
         return false;
     };
-    let before = array.len();
-    array.retain(|value| {
-        !value
+    let ours = |value: &Value| {
+        value
             .as_str()
             .is_some_and(|text| owned.imports.iter().any(|ours| ours == text))
-    });
+    };
+    // The line break before `]` that [`ensure_import`] moved behind our last entry goes back.
+    let closing = array
+        .iter()
+        .last()
+        .filter(|last| ours(last))
+        .and_then(|last| last.decor().suffix())
+        .and_then(|suffix| suffix.as_str())
+        .map(str::to_string);
+    let before = array.len();
+    array.retain(|value| !ours(value));
+    let len = array.len();
+    if let (Some(closing), Some(last)) = (closing, array.get_mut(len.wrapping_sub(1)))
+        && last
+            .decor()
+            .suffix()
+            .and_then(|suffix| suffix.as_str())
+            .is_none_or(str::is_empty)
+    {
+        last.decor_mut().set_suffix(closing);
+    }
     let mut dirty = array.len() != before;
     if owned.created_imports && array.is_empty() {
         doc.as_table_mut().remove("imports");
@@ -283,6 +317,11 @@ mod tests {
             "imports = [\n  \"/a/*.toml\",\n  \"/d/x.toml\",\n]\n",
         );
         add_then_remove("imports = []\n", "imports = [\"/d/x.toml\"]\n");
+        // No trailing comma: the comma goes behind the last entry, ours onto a line of its own.
+        add_then_remove(
+            "imports = [\n  \"/a/*.toml\"\n]\n",
+            "imports = [\n  \"/a/*.toml\",\n  \"/d/x.toml\"\n]\n",
+        );
     }
 
     #[test]

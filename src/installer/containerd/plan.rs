@@ -32,7 +32,9 @@ use super::imports::ensure_import;
 use super::locate::{Target, WriteStrategy};
 use super::ownership::{FileRole, OwnedFile, Ownership};
 use super::runtime::{RuntimeEntry, validate_set};
-use super::sources::{ensure_cri_enabled, ensure_no_foreign_handlers, files_read};
+use super::sources::{
+    ensure_cri_enabled, ensure_cri_table_not_imported, ensure_no_foreign_handlers, files_read,
+};
 use super::style::RuntimeStyle;
 use super::text::render_edit;
 
@@ -180,6 +182,9 @@ pub fn plan_install_keeping(
         let files = files_read(host, target.containerd, &target.config, generated)?;
         ensure_cri_enabled(&files)?;
         ensure_no_foreign_handlers(&files, runtimes, previous, editable)?;
+        if let Some(edited) = editable {
+            ensure_cri_table_not_imported(&files, target.containerd, edited)?;
+        }
     }
     let mut outcomes = match &target.strategy {
         WriteStrategy::InPlace { file } => vec![edit_config(

@@ -320,6 +320,9 @@ proptest! {
                     .filter(|&&line| new_lines[line].contains(DROP_IN_NAME))
                     .count();
                 prop_assert_eq!(ours, 1, "{}", main);
+                // A multi-line array gets our entry on a line of its own, the comma where the
+                // previous entry ends.
+                prop_assert!(!new_lines.iter().any(|line| line.trim() == ","), "{}", main);
             }
             WriteStrategy::InPlace { .. } => prop_assert!(
                 gone.is_empty(),

@@ -1,6 +1,7 @@
 //! The files containerd reads: the main config and, recursively, every file its `imports` name,
 //! resolved as the node's containerd resolves them; and the checks that need all of them: a
-//! disabled CRI plugin and runtime tables of our handlers that belong to someone else.
+//! disabled CRI plugin, runtime tables of our handlers that belong to someone else, and (on
+//! containerd 1.x) an import that would replace the CRI table we edit.
 //!
 //! How containerd finds the files (observed with the real 1.6 and 2.3 binaries, pinned by
 //! `test/integration/containerd_config.rs`):
@@ -110,6 +111,33 @@ pub(crate) fn ensure_cri_enabled(files: &[ReadFile]) -> Result<(), ConfigError> 
                 path: file.path.clone(),
                 plugin: plugin.to_string(),
             });
+        }
+    }
+    Ok(())
+}
+
+/// containerd 1.x replaces a whole plugin table of the main file with an imported file's (2.x
+/// merges them): where an import defines the CRI plugin's table, runtimes we add to `edited`
+/// never reach containerd. Refused up front, naming the file.
+pub(crate) fn ensure_cri_table_not_imported(
+    files: &[ReadFile],
+    containerd: ContainerdVersion,
+    edited: &Path,
+) -> Result<(), ConfigError> {
+    if containerd.merges_imports() {
+        return Ok(());
+    }
+    for file in files.iter().filter(|file| file.path != edited) {
+        for plugin in ["cri", "io.containerd.grpc.v1.cri"] {
+            let key = KeyPath::new(["plugins", plugin]);
+            if table_like_at(&file.doc, &key).is_some() {
+                return Err(ConfigError::CriTableImported {
+                    path: file.path.clone(),
+                    main: edited.to_path_buf(),
+                    key,
+                    containerd: containerd.to_string(),
+                });
+            }
         }
     }
     Ok(())
@@ -234,6 +262,38 @@ mod tests {
                 "imports = [\"/etc/containerd/config.toml\", \"a.toml\"]\n",
             );
         assert_eq!(paths(&host, C2), [MAIN, "/etc/containerd/conf.d/a.toml"]);
+    }
+
+    #[test]
+    fn containerd_1_refuses_an_import_that_replaces_the_cri_table() {
+        let host = MemoryHost::new()
+            .with(
+                MAIN,
+                "version = 2\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"pause\"\n",
+            )
+            .with(
+                "/etc/containerd/conf.d/20-mirror.toml",
+                "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".registry.mirrors.\"docker.io\"]\n  endpoint = [\"https://mirror\"]\n",
+            )
+            .with(
+                "/etc/containerd/conf.d/10-gc.toml",
+                "version = 2\n[plugins.\"io.containerd.gc.v1.scheduler\"]\n  pause_threshold = 0.02\n",
+            );
+        let files = files_read(&host, C1, Path::new(MAIN), None).unwrap();
+        let err = ensure_cri_table_not_imported(&files, C1, Path::new(MAIN))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("/etc/containerd/conf.d/20-mirror.toml"),
+            "{err}"
+        );
+        assert!(
+            err.contains("plugins.\"io.containerd.grpc.v1.cri\""),
+            "{err}"
+        );
+        // containerd 2.x merges the import into the main file's table.
+        let files = files_read(&host, C2, Path::new(MAIN), None).unwrap();
+        ensure_cri_table_not_imported(&files, C2, Path::new(MAIN)).unwrap();
     }
 
     #[test]

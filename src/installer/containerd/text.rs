@@ -3,6 +3,7 @@
 
 use toml_edit::DocumentMut;
 
+use super::key_path::KeyPath;
 use super::toml_value::same_table;
 
 /// At most this many lines may differ between two renderings before [`render_edit`] gives up
@@ -66,6 +67,7 @@ fn splice(original: &str, untouched: &DocumentMut, edited: &DocumentMut) -> Opti
                     .strip_suffix('\n')
                     .unwrap_or(rendered_new[j]);
                 let line = line.strip_suffix('\r').unwrap_or(line);
+                let line = canonical_header(line).unwrap_or_else(|| line.to_string());
                 push(&mut out, &format!("{line}{ending}"));
             }
             Op::Delete(_) => {}
@@ -79,6 +81,36 @@ fn splice(original: &str, untouched: &DocumentMut, edited: &DocumentMut) -> Opti
     }
     let spliced: DocumentMut = out.parse().ok()?;
     same_table(spliced.as_table(), edited.as_table()).then_some(out)
+}
+
+/// An added table header in one plain spelling: toml_edit writes a new table's header with the
+/// keys its parents were first spelled with, so below `[ plugins . 'x' . containerd ]` our
+/// table would come out as `[plugins.'x'. containerd.runtimes.spin]`. The path, and so the
+/// meaning, stays the same. `None` for a line that is not a single table header.
+fn canonical_header(line: &str) -> Option<String> {
+    let header = line.trim_start();
+    if !header.starts_with('[') || header.starts_with("[[") {
+        return None;
+    }
+    let indent = &line[..line.len() - header.len()];
+    let doc: DocumentMut = header.parse().ok()?;
+    let mut segments = Vec::new();
+    let mut table = doc.as_table();
+    loop {
+        let mut entries = table.iter();
+        let (key, item) = entries.next()?;
+        if entries.next().is_some() {
+            return None;
+        }
+        segments.push(key.to_string());
+        table = item.as_table()?;
+        if !table.is_implicit() {
+            break;
+        }
+    }
+    table
+        .is_empty()
+        .then(|| format!("{indent}[{}]", KeyPath::new(segments)))
 }
 
 /// One step of a line diff: keep line `i` of the old text, delete it, or insert line `j` of
@@ -306,8 +338,10 @@ mod tests {
         let spliced = render_edit(original, &untouched, &edited);
         let (added, kept) = added_lines(original, &spliced);
         assert!(kept, "{spliced}");
+        // Our header in its plain spelling, whatever the spelling of its parents.
+        let ours = "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.spin]";
         assert!(
-            added.iter().any(|l| l.contains("runtimes.spin]")) && added.len() <= 4,
+            added.iter().any(|l| l == ours) && added.len() <= 4,
             "{added:?}\n{spliced}"
         );
         let reparsed: DocumentMut = spliced.parse().unwrap();
@@ -342,6 +376,23 @@ mod tests {
             assert!(kept, "{spliced:?}");
             let reparsed: DocumentMut = spliced.parse().unwrap();
             assert_eq!(render_edit(&spliced, &reparsed, &untouched), original);
+        }
+    }
+
+    #[test]
+    fn headers_are_spelled_plainly() {
+        for (line, expected) in [
+            (
+                "[ plugins . 'x.y' . containerd ]",
+                Some("[plugins.\"x.y\".containerd]"),
+            ),
+            ("  [a.\"b c\".d]", Some("  [a.\"b c\".d]")),
+            ("[\"plugins\"]", Some("[plugins]")),
+            ("[[a.b]]", None),
+            ("a = 1", None),
+            ("[a] b = 1", None),
+        ] {
+            assert_eq!(canonical_header(line).as_deref(), expected, "{line}");
         }
     }
 
