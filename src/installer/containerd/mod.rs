@@ -20,13 +20,12 @@
 //!
 //! Write strategy (see [`WriteStrategy`], decided by [`locate`]):
 //!
-//! | distro | containerd 1.x | containerd ≥ 2.0 |
+//! | config | containerd 1.x | containerd ≥ 2.0 |
 //! |---|---|---|
-//! | generic `/etc/containerd/config.toml` | edit in place, backup | drop-in in a directory an import glob covers; else our drop-in plus one `imports` entry naming exactly it |
+//! | `/etc/containerd/config.toml` (or `--containerd-config`) | edit in place, backup | drop-in in a directory an import glob covers; else our drop-in plus one `imports` entry naming exactly it |
 //! | no config file | create it with our tables | create it importing our drop-in |
-//! | k3s / rke2 | edit `config.toml.tmpl` (header kept) | drop-in if the rendered config imports a directory, else edit `config-v3.toml.tmpl` (or an existing `config.toml.tmpl`) |
-//! | k0s (`# k0s_managed=true`) | drop-in in `/etc/k0s/containerd.d/` (k0s merges it) | same |
-//! | microk8s | edit `containerd-template.toml` in place | same |
+//!
+//! Distribution layouts (k3s, rke2, k0s, microk8s) are out of scope (see [`locate`]).
 //!
 //! Why: containerd 1.x replaces whole plugin tables from imported files, so a drop-in holding
 //! only our runtime would wipe the CRI settings; 2.0+ deep-merges, and a drop-in of our own
