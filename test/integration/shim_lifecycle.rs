@@ -30,7 +30,8 @@ use crate::support::{self, gardenlet, nodes, objects, poll};
 
 static SHOOT: Mutex<()> = Mutex::const_new(());
 
-const INSTALLER: &str = "containerd-shim-installer";
+/// The installer DaemonSet of the tests' worker pool `worker-a`.
+const INSTALLER: &str = "containerd-shim-installer-worker-a";
 const INSTALLER_SELECTOR: &str = "app.kubernetes.io/name=containerd-shim-installer";
 
 fn config(shims: Value) -> Value {
@@ -214,7 +215,7 @@ async fn bundle_reaches_the_shoot_and_passes_gardenlets_check() {
             "ClusterRole/extensions.gardener.cloud:containerd-shim:installer",
             "ClusterRoleBinding/extensions.gardener.cloud:containerd-shim:installer",
             config_map.as_str(),
-            "DaemonSet/containerd-shim-installer",
+            "DaemonSet/containerd-shim-installer-worker-a",
             "Role/containerd-shim-installer",
             "RoleBinding/containerd-shim-installer",
             "RuntimeClass/wasmtime-spin-v2",

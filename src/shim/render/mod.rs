@@ -16,6 +16,8 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use std::collections::BTreeMap;
+
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::gardener::managed_resource::{self, Manifest};
@@ -107,15 +109,31 @@ pub struct Bundle {
     pub role_binding: RoleBinding,
     /// Only for shoots whose API server serves `admissionregistration.k8s.io/v1` policies (1.30+).
     pub node_policy: Option<(ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding)>,
-    pub config_map: ConfigMap,
-    pub daemon_set: DaemonSet,
+    /// The desired sets of the pools, one ConfigMap per distinct set, sorted by name.
+    pub config_maps: Vec<ConfigMap>,
+    /// One installer DaemonSet per containerd pool, sorted by pool.
+    pub daemon_sets: Vec<DaemonSet>,
     pub runtime_classes: Vec<RuntimeClass>,
 }
 
 /// Renders the bundle. Deterministic: equal input gives equal output, so an unchanged
 /// configuration writes nothing.
 pub fn render(input: &BundleInput) -> Bundle {
-    let desired_json = input.desired.to_json();
+    let mut config_maps: BTreeMap<String, ConfigMap> = BTreeMap::new();
+    let mut daemon_sets = Vec::new();
+    for pool in &input.containerd_pools {
+        let desired = input.desired.for_pool(pool);
+        let desired_json = desired.to_json();
+        let config_map = daemonset::config_map(&desired_json);
+        config_maps.insert(daemonset::config_map_name(&desired_json), config_map);
+        daemon_sets.push(daemonset::daemon_set(&daemonset::DaemonSetInput {
+            desired: &desired,
+            desired_json: &desired_json,
+            installer_image: &input.installer_image,
+            pool,
+            max_unavailable: &input.max_unavailable,
+        }));
+    }
     let mut runtime_classes: Vec<RuntimeClass> = input
         .runtime_classes
         .iter()
@@ -130,14 +148,8 @@ pub fn render(input: &BundleInput) -> Bundle {
         role_binding: rbac::role_binding(),
         node_policy: serves_admission_policies(input.kubernetes_version.as_deref())
             .then(|| (rbac::node_policy(), rbac::node_policy_binding())),
-        config_map: daemonset::config_map(&desired_json),
-        daemon_set: daemonset::daemon_set(&daemonset::DaemonSetInput {
-            desired: &input.desired,
-            desired_json: &desired_json,
-            installer_image: &input.installer_image,
-            containerd_pools: &input.containerd_pools,
-            max_unavailable: &input.max_unavailable,
-        }),
+        config_maps: config_maps.into_values().collect(),
+        daemon_sets,
         runtime_classes,
     }
 }
@@ -163,8 +175,8 @@ impl Bundle {
             role,
             role_binding,
             node_policy,
-            config_map,
-            daemon_set,
+            config_maps,
+            daemon_sets,
             runtime_classes,
         } = self;
         let mut out = vec![
@@ -178,8 +190,12 @@ impl Bundle {
             out.push(Manifest::from_resource(policy)?);
             out.push(Manifest::from_resource(binding)?);
         }
-        out.push(Manifest::from_resource(&config_map)?);
-        out.push(Manifest::from_resource(&daemon_set)?);
+        for config_map in &config_maps {
+            out.push(Manifest::from_resource(config_map)?);
+        }
+        for daemon_set in &daemon_sets {
+            out.push(Manifest::from_resource(daemon_set)?);
+        }
         for rc in &runtime_classes {
             out.push(Manifest::from_resource(rc)?);
         }

@@ -55,7 +55,9 @@ fn installer_subject() -> Vec<Subject> {
 pub fn service_account() -> ServiceAccount {
     ServiceAccount {
         metadata: meta(INSTALLER, Some(NAMESPACE)),
-        automount_service_account_token: Some(true),
+        // Pods mount the token themselves, into the one container that talks to the
+        // API server; nothing else that runs as this account should get one implicitly.
+        automount_service_account_token: Some(false),
         ..Default::default()
     }
 }
