@@ -700,6 +700,27 @@ fn forbidden<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> Result<Strin
 #[tokio::test]
 async fn the_installer_may_only_label_its_own_node_and_use_its_restart_slots() {
     let f = Fixture::default("shim-rbac").await;
+    installer_is_confined(f).await;
+}
+
+/// A 1.29 Shoot that switched on the beta policy API and the node binding of tokens gets the
+/// same confinement through `admissionregistration.k8s.io/v1beta1` (the test API server serves
+/// that version too).
+#[tokio::test]
+async fn on_a_1_29_shoot_the_beta_policy_confines_the_installer() {
+    let mut shoot = objects::shoot("shim-rbac-beta");
+    shoot["spec"]["kubernetes"] = json!({
+        "version": "1.29.8",
+        "kubeAPIServer": {
+            "featureGates": {"ValidatingAdmissionPolicy": true, "ServiceAccountTokenPodNodeInfo": true},
+            "runtimeConfig": {"admissionregistration.k8s.io/v1beta1": true}
+        }
+    });
+    let f = Fixture::new("shim-rbac-beta", fast_settings(), shoot).await;
+    installer_is_confined(f).await;
+}
+
+async fn installer_is_confined(f: Fixture) {
     let own = support::unique_name("own-node");
     let other = support::unique_name("other-node");
     nodes::create_nodes(&f.shoot, &[own.clone(), other.clone()], "worker-a").await;
@@ -767,13 +788,52 @@ async fn the_installer_may_only_label_its_own_node_and_use_its_restart_slots() {
             .await,
     )
     .expect("a foreign annotation is denied");
-    let taint = json!({"spec": {"unschedulable": true}});
+    let unschedulable = json!({"spec": {"unschedulable": true}});
     forbidden(
+        node_api
+            .patch(&own, &PatchParams::default(), &Patch::Merge(&unschedulable))
+            .await,
+    )
+    .expect("spec changes are denied");
+    let taint = json!({"spec": {"taints": [{"key": "example.com/x", "effect": "NoSchedule"}]}});
+    let denied = forbidden(
         node_api
             .patch(&own, &PatchParams::default(), &Patch::Merge(&taint))
             .await,
     )
-    .expect("spec changes are denied");
+    .expect("taints are denied");
+    assert!(denied.contains("may not change a Node's spec"), "{denied}");
+    let other_uid = Api::<k8s_openapi::api::core::v1::Node>::all(f.shoot.clone())
+        .get(&other)
+        .await
+        .expect("other node")
+        .metadata
+        .uid
+        .unwrap_or_default();
+    let owner = json!({"metadata": {"ownerReferences": [
+        {"apiVersion": "v1", "kind": "Node", "name": other, "uid": other_uid}
+    ]}});
+    let denied = forbidden(
+        node_api
+            .patch(&own, &PatchParams::default(), &Patch::Merge(&owner))
+            .await,
+    )
+    .expect("owner references are denied");
+    assert!(
+        denied.contains("may not change a Node's owner references"),
+        "{denied}"
+    );
+    let finalizer = json!({"metadata": {"finalizers": ["example.com/hold"]}});
+    let denied = forbidden(
+        node_api
+            .patch(&own, &PatchParams::default(), &Patch::Merge(&finalizer))
+            .await,
+    )
+    .expect("finalizers are denied");
+    assert!(
+        denied.contains("may not change a Node's finalizers"),
+        "{denied}"
+    );
     forbidden(node_api.delete(&own, &Default::default()).await)
         .expect("deleting nodes is not granted");
 
@@ -808,6 +868,19 @@ async fn the_installer_may_only_label_its_own_node_and_use_its_restart_slots() {
         .await
         .expect("take slot 0");
     forbidden(leases.get("kube-controller-manager").await).expect("other Leases are not readable");
+    let foreign_lease = k8s_openapi::api::coordination::v1::Lease {
+        metadata: kube::api::ObjectMeta {
+            name: Some("kube-scheduler-takeover".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let denied = forbidden(leases.create(&PostParams::default(), &foreign_lease).await)
+        .expect("creating other Leases is denied");
+    assert!(
+        denied.contains("may only create its restart-budget Leases"),
+        "{denied}"
+    );
     forbidden(leases.list(&ListParams::default()).await).expect("listing Leases is not granted");
     let secrets: Api<Secret> = Api::namespaced(installer, "kube-system");
     forbidden(secrets.list(&ListParams::default()).await).expect("secrets are not readable");

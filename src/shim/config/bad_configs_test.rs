@@ -471,3 +471,15 @@ fn all_problems_are_reported_together() {
         "{err}"
     );
 }
+
+#[test]
+fn a_shoot_without_an_admission_policy_api_is_refused_naming_its_version() {
+    let mut old = shoot();
+    old.spec.kubernetes.version = "1.28.15".into();
+    let provider_config = config(json!([{"name": "spin"}]));
+    let err = super::load(Some(&provider_config), &catalog(), &old).unwrap_err();
+    assert_eq!(err.codes(), vec![ErrorCode::ConfigurationProblem]);
+    let paths: Vec<&str> = err.errors.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(paths, ["Shoot.spec.kubernetes.version"], "{err}");
+    assert!(err.to_string().contains("\"1.28.15\" is too old"), "{err}");
+}

@@ -13,6 +13,7 @@
 //! Errors of steps 1 and 2 are [`error::ConfigError`]s with `ERR_CONFIGURATION_PROBLEM`; the
 //! actuator reports them and leaves the previously applied bundle alone.
 
+pub mod admission;
 pub mod catalog;
 pub mod decode;
 pub mod desired;

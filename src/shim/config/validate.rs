@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use super::admission::{self, PolicyApi};
 use super::catalog::{self, Catalog, CatalogEntry};
 use super::error::{ConfigError, FieldError, FieldPath, quote};
 use super::pools::{self, SelectedPool};
@@ -39,6 +40,8 @@ pub struct ValidatedConfig {
     pub rollout: ValidatedRollout,
     /// The Shoot's Kubernetes version: the image vector's target version.
     pub kubernetes_version: Option<String>,
+    /// The admission-policy API that confines the installer on this Shoot.
+    pub policy_api: PolicyApi,
 }
 
 /// Rollout settings with defaults applied.
@@ -174,14 +177,18 @@ pub fn validate(
         shims.push(validated);
     }
     let rollout = validate_rollout(config.rollout.as_ref(), &root.child("rollout"), &mut errors);
-    if !errors.is_empty() {
+    let policy_api = admission::policy_api(shoot)
+        .inspect_err(|e| errors.push(e.clone()))
+        .ok();
+    let (Some(policy_api), true) = (policy_api, errors.is_empty()) else {
         return Err(ConfigError { errors });
-    }
+    };
     shims.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(ValidatedConfig {
         shims,
         rollout,
         kubernetes_version: Some(shoot.spec.kubernetes.version.clone()).filter(|v| !v.is_empty()),
+        policy_api,
     })
 }
 

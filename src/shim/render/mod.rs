@@ -4,27 +4,26 @@
 //! [`Bundle`] names every object; [`Bundle::into_manifests`] destructures it without `..`, so a
 //! new object type cannot be rendered and then forgotten.
 
+pub mod admission;
 pub mod daemonset;
 pub mod names;
 pub mod rbac;
 pub mod runtime_class;
 
-use k8s_openapi::api::admissionregistration::v1::{
-    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
-};
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use std::collections::BTreeMap;
-
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-
-use crate::gardener::managed_resource::{self, Manifest};
 
 use crate::desired_shims::{DesiredShims, Rollout};
 use crate::gardener::api::Shoot;
-use crate::shim::config::ValidatedConfig;
+use crate::gardener::managed_resource::{self, Manifest};
+use crate::shim::config::admission::PolicyApi;
+use crate::shim::config::{self, ValidatedConfig};
+use admission::AdmissionPolicies;
 
 pub use runtime_class::RuntimeClassSpec;
 
@@ -40,8 +39,9 @@ pub struct BundleInput {
     pub installer_image: String,
     /// The worker pools whose nodes run containerd.
     pub containerd_pools: Vec<String>,
-    /// The shoot's Kubernetes version (`1.33.2`); decides which APIs the bundle may use.
-    pub kubernetes_version: Option<String>,
+    /// The admission-policy API the Shoot serves; `None` only when uninstalling from a Shoot
+    /// that serves none (nothing was ever installed there, see [`admission`]).
+    pub policy_api: Option<PolicyApi>,
 }
 
 impl BundleInput {
@@ -67,8 +67,7 @@ impl BundleInput {
             max_unavailable: config.rollout.max_unavailable.clone(),
             installer_image: installer_image.to_string(),
             containerd_pools: containerd_pools(shoot),
-            kubernetes_version: Some(shoot.spec.kubernetes.version.clone())
-                .filter(|v| !v.is_empty()),
+            policy_api: Some(config.policy_api),
         }
     }
 
@@ -86,8 +85,7 @@ impl BundleInput {
             max_unavailable,
             installer_image: installer_image.to_string(),
             containerd_pools: containerd_pools(shoot),
-            kubernetes_version: Some(shoot.spec.kubernetes.version.clone())
-                .filter(|v| !v.is_empty()),
+            policy_api: config::admission::policy_api(shoot).ok(),
         }
     }
 }
@@ -107,8 +105,8 @@ pub struct Bundle {
     pub cluster_role_binding: ClusterRoleBinding,
     pub role: Role,
     pub role_binding: RoleBinding,
-    /// Only for shoots whose API server serves `admissionregistration.k8s.io/v1` policies (1.30+).
-    pub node_policy: Option<(ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding)>,
+    /// Narrow the RBAC grants; see [`admission`].
+    pub admission: Option<AdmissionPolicies>,
     /// The desired sets of the pools, one ConfigMap per distinct set, sorted by name.
     pub config_maps: Vec<ConfigMap>,
     /// One installer DaemonSet per containerd pool, sorted by pool.
@@ -140,27 +138,18 @@ pub fn render(input: &BundleInput) -> Bundle {
         .map(runtime_class::runtime_class)
         .collect();
     runtime_classes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let slots = input.desired.rollout.max_concurrent_restarts.max(1);
     Bundle {
         service_account: rbac::service_account(),
         cluster_role: rbac::cluster_role(),
         cluster_role_binding: rbac::cluster_role_binding(),
-        role: rbac::role(input.desired.rollout.max_concurrent_restarts.max(1)),
+        role: rbac::role(slots),
         role_binding: rbac::role_binding(),
-        node_policy: serves_admission_policies(input.kubernetes_version.as_deref())
-            .then(|| (rbac::node_policy(), rbac::node_policy_binding())),
+        admission: input.policy_api.map(|api| admission::policies(api, slots)),
         config_maps: config_maps.into_values().collect(),
         daemon_sets,
         runtime_classes,
     }
-}
-
-/// `admissionregistration.k8s.io/v1` ValidatingAdmissionPolicy is served from Kubernetes 1.30.
-fn serves_admission_policies(version: Option<&str>) -> bool {
-    let Some(version) = version else { return false };
-    let mut parts = version.trim_start_matches('v').split('.');
-    let major = parts.next().and_then(|p| p.parse::<u32>().ok());
-    let minor = parts.next().and_then(|p| p.parse::<u32>().ok());
-    matches!((major, minor), (Some(1), Some(m)) if m >= 30) || major.is_some_and(|m| m > 1)
 }
 
 impl Bundle {
@@ -174,7 +163,7 @@ impl Bundle {
             cluster_role_binding,
             role,
             role_binding,
-            node_policy,
+            admission,
             config_maps,
             daemon_sets,
             runtime_classes,
@@ -186,9 +175,8 @@ impl Bundle {
             Manifest::from_resource(&role)?,
             Manifest::from_resource(&role_binding)?,
         ];
-        if let Some((policy, binding)) = &node_policy {
-            out.push(Manifest::from_resource(policy)?);
-            out.push(Manifest::from_resource(binding)?);
+        if let Some(admission) = &admission {
+            out.extend(admission.manifests()?);
         }
         for config_map in &config_maps {
             out.push(Manifest::from_resource(config_map)?);

@@ -21,6 +21,8 @@ pub fn daemon_set(pool: &str) -> String {
 pub const CLUSTER_ROLE: &str = "extensions.gardener.cloud:containerd-shim:installer";
 /// Name of the admission policy (and its binding) that confines the installer's node writes.
 pub const NODE_POLICY: &str = "containerd-shim-installer-node-labels.extensions.gardener.cloud";
+/// Name of the admission policy (and its binding) that limits which Leases the installer creates.
+pub const LEASE_POLICY: &str = "containerd-shim-installer-leases.extensions.gardener.cloud";
 pub use crate::desired_shims::restart_lease;
 
 /// Priority class of the installer: it keeps a node's container runtime configured.

@@ -9,6 +9,7 @@ use serde_json::json;
 use super::*;
 use crate::desired_shims::{CONFIG_MAP_KEY, DESIRED_SHA256_ENV, Rollout};
 use crate::gardener::api::Shoot;
+use crate::gardener::api::cluster::KubeApiServer;
 use crate::shim::config::{self, Catalog, desired, images};
 
 fn shoot(pools: &[(&str, Option<&str>)]) -> Shoot {
@@ -140,13 +141,45 @@ fn golden_uninstall() {
     golden("uninstall", &to_yaml(bundle));
 }
 
+/// The apiVersions of the admission policies and bindings in the bundle for `shoot`.
+fn policy_api_versions(shoot: &Shoot) -> Vec<String> {
+    let input = install_input(json!({"shims": [{"name": "spin"}]}), shoot);
+    render(&input)
+        .into_manifests()
+        .unwrap()
+        .iter()
+        .map(|m| m.value())
+        .filter(|v| {
+            v["kind"]
+                .as_str()
+                .is_some_and(|k| k.starts_with("ValidatingAdmissionPolicy"))
+        })
+        .map(|v| v["apiVersion"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
 #[test]
-fn admission_policy_only_from_kubernetes_1_30() {
-    assert!(serves_admission_policies(Some("1.30.0")));
-    assert!(serves_admission_policies(Some("v1.33.4")));
-    assert!(!serves_admission_policies(Some("1.29.9")));
-    assert!(!serves_admission_policies(None));
-    assert!(!serves_admission_policies(Some("garbage")));
+fn admission_policies_are_delivered_in_the_version_the_shoot_serves() {
+    let current = shoot(&[("worker-a", None)]);
+    assert_eq!(
+        policy_api_versions(&current),
+        vec!["admissionregistration.k8s.io/v1"; 4]
+    );
+
+    let mut beta: Shoot = current.clone();
+    beta.spec.kubernetes.version = "1.29.8".into();
+    beta.spec.kubernetes.kube_api_server = Some(KubeApiServer {
+        feature_gates: [
+            ("ValidatingAdmissionPolicy".to_string(), true),
+            ("ServiceAccountTokenPodNodeInfo".to_string(), true),
+        ]
+        .into(),
+        runtime_config: [("admissionregistration.k8s.io/v1beta1".to_string(), true)].into(),
+    });
+    assert_eq!(
+        policy_api_versions(&beta),
+        vec!["admissionregistration.k8s.io/v1beta1"; 4]
+    );
 }
 
 #[test]
@@ -208,7 +241,12 @@ fn the_pod_template_changes_exactly_when_the_desired_set_changes() {
         let config_map = &bundle.config_maps[0];
         let name = config_map.metadata.name.clone().unwrap();
         assert_eq!(config_map.immutable, Some(true));
-        let template = bundle.daemon_sets[0].spec.as_ref().unwrap().template.clone();
+        let template = bundle.daemon_sets[0]
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .clone();
         let spec = template.spec.unwrap();
         let mounted = spec
             .volumes
@@ -228,7 +266,10 @@ fn the_pod_template_changes_exactly_when_the_desired_set_changes() {
             Some(daemonset::desired_hash(&json).as_str())
         );
     }
-    assert_ne!(a.config_maps[0].metadata.name, c.config_maps[0].metadata.name);
+    assert_ne!(
+        a.config_maps[0].metadata.name,
+        c.config_maps[0].metadata.name
+    );
     // The reference annotation is gardener-resource-manager's: configmap-<sha256(name)[..8]>.
     assert_eq!(
         names::reference_annotation("abc").0,
@@ -261,7 +302,10 @@ fn each_pool_gets_a_daemon_set_with_only_its_shims() {
                 .map(|c| c.name.clone())
                 .collect();
             let pool = spec.selector.match_labels.as_ref().unwrap()[names::POOL_LABEL].clone();
-            assert_eq!(ds.metadata.name.as_deref(), Some(names::daemon_set(&pool).as_str()));
+            assert_eq!(
+                ds.metadata.name.as_deref(),
+                Some(names::daemon_set(&pool).as_str())
+            );
             (pool, images)
         })
         .collect();
@@ -269,7 +313,10 @@ fn each_pool_gets_a_daemon_set_with_only_its_shims() {
         pools,
         [
             ("plain".to_string(), vec![]),
-            ("wasm".to_string(), vec!["stage-0-spin".to_string(), "stage-1-wasmtime".to_string()]),
+            (
+                "wasm".to_string(),
+                vec!["stage-0-spin".to_string(), "stage-1-wasmtime".to_string()]
+            ),
             ("worker-a".to_string(), vec!["stage-0-spin".to_string()]),
         ]
     );
