@@ -49,7 +49,7 @@ struct Fixture {
 /// Removes what earlier tests may have left in the shoot: their ManagedResources (which would
 /// fight ours over the same objects) and simulated nodes.
 async fn clean_shoot(seed: &Client, shoot: &Client) {
-    crate::support::bundles::remove_shim_bundles(seed).await;
+    crate::support::bundles::remove_shim_bundles(seed, shoot).await;
     nodes::delete_simulated_nodes(shoot).await;
 }
 

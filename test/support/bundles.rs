@@ -2,8 +2,6 @@
 //! left behind (two ManagedResources would fight over the same shoot objects), and waiting for
 //! what a bundle delivers.
 
-use std::time::Duration;
-
 use gardener_extension_containerd_shim::gardener::api::{Extension, ManagedResource};
 use gardener_extension_containerd_shim::gardener::managed_resource;
 use gardener_extension_containerd_shim::shim::actuator::ORIGIN;
@@ -17,8 +15,10 @@ use super::{nodes, poll};
 
 /// Deletes every ManagedResource of this extension in the seed (with its shoot objects) and
 /// waits until gardener-resource-manager has removed each. All are deleted before the first
-/// wait: one still alive would re-create the shoot objects the others are deleting.
-pub async fn remove_shim_bundles(seed: &Client) {
+/// wait: one still alive would re-create the shoot objects the others are deleting. While
+/// waiting, pods bound to nodes that are gone are removed, as a real cluster's pod garbage
+/// collector would: they would hold the installer DaemonSet's foreground deletion.
+pub async fn remove_shim_bundles(seed: &Client, shoot: &Client) {
     let mrs: Api<ManagedResource> = Api::all(seed.clone());
     let leftovers = mrs
         .list(&ListParams::default().labels(&format!("origin={ORIGIN}")))
@@ -33,18 +33,32 @@ pub async fn remove_shim_bundles(seed: &Client) {
             .await
             .expect("delete a leftover ManagedResource");
     }
-    for mr in &leftovers {
-        let ns = mr.namespace().unwrap_or_default();
-        managed_resource::wait_until_deleted(
-            seed,
-            &ns,
-            &mr.name_any(),
-            managed_resource::Wait::new(poll::DEFAULT_TIMEOUT)
-                .with_interval(Duration::from_millis(200)),
-        )
-        .await
-        .expect("leftover ManagedResource deleted");
-    }
+    let remaining = || async {
+        nodes::delete_orphaned_pods(shoot).await;
+        let mut left = Vec::new();
+        for mr in &leftovers {
+            let ns = mr.namespace().unwrap_or_default();
+            let api: Api<ManagedResource> = Api::namespaced(seed.clone(), &ns);
+            if let Some(current) = api
+                .get_opt(&mr.name_any())
+                .await
+                .map_err(|e| vec![e.to_string()])?
+            {
+                let applied = current
+                    .condition("ResourcesApplied")
+                    .map(|c| c.message.clone())
+                    .unwrap_or_default();
+                left.push(format!("{ns}/{}: {applied}", current.name_any()));
+            }
+        }
+        if left.is_empty() { Ok(()) } else { Err(left) }
+    };
+    poll::until(
+        "the leftover ManagedResources to be deleted",
+        poll::DEFAULT_TIMEOUT,
+        remaining,
+    )
+    .await;
 }
 
 /// Everything earlier tests on this control plane left behind that would share the shoot with
@@ -77,7 +91,7 @@ pub async fn remove_leftovers(seed: &Client, shoot: &Client) {
             Err(e) => panic!("deleting a leftover Extension: {e}"),
         }
     }
-    remove_shim_bundles(seed).await;
+    remove_shim_bundles(seed, shoot).await;
     nodes::delete_simulated_nodes(shoot).await;
 }
 
