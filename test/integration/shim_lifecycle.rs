@@ -33,16 +33,19 @@ static SHOOT: Mutex<()> = Mutex::const_new(());
 const INSTALLER: &str = "containerd-shim-installer";
 const INSTALLER_SELECTOR: &str = "app.kubernetes.io/name=containerd-shim-installer";
 
-fn config(shims: Value) -> Value {
+pub(crate) fn config(shims: Value) -> Value {
     json!({"apiVersion": "containerd-shim.extensions.gardener.cloud/v1alpha1", "kind": "ContainerdShimConfig", "shims": shims})
 }
 
-struct Fixture {
+/// One test's turn on the shoot: its shoot namespace with a Cluster, and the real controller
+/// with the real actuator watching it.
+pub(crate) struct Fixture {
     _turn: MutexGuard<'static, ()>,
-    seed: Client,
-    shoot: Client,
-    ns: String,
-    api: Api<Extension>,
+    pub(crate) env: support::Env,
+    pub(crate) seed: Client,
+    pub(crate) shoot: Client,
+    pub(crate) ns: String,
+    pub(crate) api: Api<Extension>,
     _controller: RunningController,
 }
 
@@ -54,7 +57,7 @@ async fn clean_shoot(seed: &Client, shoot: &Client) {
 }
 
 impl Fixture {
-    async fn new(test: &str, settings: ActuatorSettings, shoot_json: Value) -> Fixture {
+    pub(crate) async fn new(test: &str, settings: ActuatorSettings, shoot_json: Value) -> Fixture {
         let turn = SHOOT.lock().await;
         let c = support::Clusters::connect().await;
         clean_shoot(&c.seed, &c.shoot).await;
@@ -77,6 +80,7 @@ impl Fixture {
         .await;
         Fixture {
             _turn: turn,
+            env: c.env,
             api: Api::namespaced(c.seed.clone(), &ns),
             seed: c.seed,
             shoot: c.shoot,
@@ -89,7 +93,7 @@ impl Fixture {
         Fixture::new(test, fast_settings(), objects::shoot(test)).await
     }
 
-    async fn create(&self, provider_config: Value) {
+    pub(crate) async fn create(&self, provider_config: Value) {
         self.api
             .create(
                 &PostParams::default(),
@@ -99,7 +103,7 @@ impl Fixture {
             .expect("create Extension");
     }
 
-    async fn set_config(&self, provider_config: Value) -> String {
+    pub(crate) async fn set_config(&self, provider_config: Value) -> String {
         self.api
             .patch(
                 "containerd-shim",
@@ -111,11 +115,11 @@ impl Fixture {
         gardenlet::request_reconcile(&self.api, "containerd-shim").await
     }
 
-    async fn ready(&self, ts: Option<&str>) -> Extension {
+    pub(crate) async fn ready(&self, ts: Option<&str>) -> Extension {
         gardenlet::wait_ready(&self.api, "containerd-shim", ts).await
     }
 
-    async fn managed_resource(&self) -> Option<ManagedResource> {
+    pub(crate) async fn managed_resource(&self) -> Option<ManagedResource> {
         Api::<ManagedResource>::namespaced(self.seed.clone(), &self.ns)
             .get_opt(MANAGED_RESOURCE)
             .await
@@ -172,14 +176,15 @@ impl Fixture {
             .expect("get DaemonSet")
     }
 
-    async fn gone(&self) {
+    pub(crate) async fn gone(&self) {
         gardenlet::wait_deleted(&self.api, "containerd-shim").await;
     }
 }
 
-fn fast_settings() -> ActuatorSettings {
+pub(crate) fn fast_settings() -> ActuatorSettings {
     ActuatorSettings {
         uninstall_timeout: Duration::from_secs(300),
+        catch_up_timeout: Duration::from_secs(60),
         poll_interval: Duration::from_millis(500),
     }
 }

@@ -22,12 +22,13 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use serde::Serialize;
+use serde_json::Value;
 use tokio::time::Instant;
 
 use super::desired::{DesiredManagedResource, RESERVED_ORIGIN};
-use super::secret::{GARBAGE_COLLECTABLE_LABEL, SECRET_PREFIX, SecretData};
+use super::secret::{GARBAGE_COLLECTABLE_LABEL, SECRET_PREFIX, SecretData, decode_secret};
 use super::{Error, is_configuration_problem};
 use crate::gardener::api::managed_resource::conditions::RESOURCES_APPLIED;
 use crate::gardener::api::{ConditionStatus, ManagedResource};
@@ -291,6 +292,28 @@ pub async fn delete(client: &Client, namespace: &str, name: &str) -> Result<(), 
         Err(e) if is_not_found(&e) => Ok(()),
         Err(e) => Err(Error::api("delete", MANAGED_RESOURCE, namespace, name, e)),
     }
+}
+
+/// The objects of the bundle `mr` references now, as gardener-resource-manager reads them;
+/// `None` when one of its secrets is gone.
+pub async fn referenced_objects(
+    client: &Client,
+    mr: &ManagedResource,
+) -> Result<Option<Vec<Value>>, Error> {
+    let namespace = mr.namespace().unwrap_or_default();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
+    let mut objects = Vec::new();
+    for reference in &mr.spec.secret_refs {
+        let secret = secrets
+            .get_opt(&reference.name)
+            .await
+            .map_err(|e| Error::api("read", SECRET, &namespace, &reference.name, e))?;
+        let Some(secret) = secret else {
+            return Ok(None);
+        };
+        objects.extend(decode_secret(&secret)?);
+    }
+    Ok(Some(objects))
 }
 
 /// Whether `secret` is one of the hash-named secrets of ManagedResource `managed_resource`
