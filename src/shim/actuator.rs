@@ -174,9 +174,16 @@ impl ShimActuator {
         Ok(render::render(&input).into_manifests()?)
     }
 
-    async fn apply(&self, namespace: &str, data: &SecretData) -> Result<bool, ShimError> {
-        Ok(managed_resource::create_or_update_for_shoot(
+    /// Writes `data` over `current`, the ManagedResource as just read.
+    async fn apply(
+        &self,
+        namespace: &str,
+        current: Option<ManagedResource>,
+        data: &SecretData,
+    ) -> Result<bool, ShimError> {
+        Ok(managed_resource::create_or_update_for_shoot_from(
             &self.client,
+            current,
             namespace,
             MANAGED_RESOURCE,
             ORIGIN,
@@ -249,14 +256,15 @@ impl ShimActuator {
             return Ok(Applied::Hibernated);
         }
         let data = managed_resource::pack(manifests.iter().cloned())?;
-        if let Some(current) = self.managed_resource(&namespace).await?
+        let current = self.managed_resource(&namespace).await?;
+        if let Some(current) = &current
             && let Some(wait) = self
-                .wait_before_removing(&namespace, &current, &manifests, &data)
+                .wait_before_removing(&namespace, current, &manifests, &data)
                 .await?
         {
             return Ok(Applied::Waiting(wait));
         }
-        let written = self.apply(&namespace, &data).await?;
+        let written = self.apply(&namespace, current, &data).await?;
         tracing::info!(namespace = %namespace, written, "shoot bundle applied");
         Ok(Applied::Current { manifests, written })
     }
@@ -344,8 +352,12 @@ impl ShimActuator {
             .iter()
             .cloned()
             .chain(found.into_iter().map(|l| l.manifest));
-        self.apply(namespace, &managed_resource::pack(adopting)?)
-            .await?;
+        self.apply(
+            namespace,
+            Some(current.clone()),
+            &managed_resource::pack(adopting)?,
+        )
+        .await?;
         Ok(Some(self.in_progress(format!(
             "Removing objects that gardener-resource-manager had lost track of: {names}"
         ))))
@@ -445,6 +457,7 @@ impl Actuator for ShimActuator {
         let written = self
             .apply(
                 &namespace,
+                Some(current.clone()),
                 &managed_resource::pack(manifests.iter().cloned())?,
             )
             .await?;

@@ -77,6 +77,33 @@ pub async fn create_or_update_for_shoot(
     keep_objects: bool,
     data: &SecretData,
 ) -> Result<bool, Error> {
+    let desired = for_shoot(namespace, name, origin, keep_objects, data)?;
+    create_or_update(client, namespace, name, &desired, data, None).await
+}
+
+/// [`create_or_update_for_shoot`] for a caller that has just read the ManagedResource
+/// (`current`; `None` when there is none): the first attempt starts from that instead of
+/// reading it again; a conflict reads it anew.
+pub async fn create_or_update_for_shoot_from(
+    client: &Client,
+    current: Option<ManagedResource>,
+    namespace: &str,
+    name: &str,
+    origin: &str,
+    keep_objects: bool,
+    data: &SecretData,
+) -> Result<bool, Error> {
+    let desired = for_shoot(namespace, name, origin, keep_objects, data)?;
+    create_or_update(client, namespace, name, &desired, data, Some(current)).await
+}
+
+fn for_shoot(
+    namespace: &str,
+    name: &str,
+    origin: &str,
+    keep_objects: bool,
+    data: &SecretData,
+) -> Result<DesiredManagedResource, Error> {
     if origin.is_empty() || origin == RESERVED_ORIGIN {
         return Err(Error::InvalidOrigin {
             namespace: namespace.to_string(),
@@ -84,8 +111,11 @@ pub async fn create_or_update_for_shoot(
             origin: origin.to_string(),
         });
     }
-    let desired = DesiredManagedResource::for_shoot(origin, keep_objects, &data.secret_name(name));
-    create_or_update(client, namespace, name, &desired, data).await
+    Ok(DesiredManagedResource::for_shoot(
+        origin,
+        keep_objects,
+        &data.secret_name(name),
+    ))
 }
 
 /// Gardener's `CreateForSeed`: like [`create_or_update_for_shoot`] with class `seed`.
@@ -98,15 +128,17 @@ pub async fn create_or_update_for_seed(
 ) -> Result<bool, Error> {
     let desired =
         DesiredManagedResource::for_seed(namespace, keep_objects, &data.secret_name(name));
-    create_or_update(client, namespace, name, &desired, data).await
+    create_or_update(client, namespace, name, &desired, data, None).await
 }
 
+/// `read`: the ManagedResource as the caller has just read it, for the first attempt.
 async fn create_or_update(
     client: &Client,
     namespace: &str,
     name: &str,
     desired: &DesiredManagedResource,
     data: &SecretData,
+    mut read: Option<Option<ManagedResource>>,
 ) -> Result<bool, Error> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let mrs: Api<ManagedResource> = Api::namespaced(client.clone(), namespace);
@@ -114,10 +146,13 @@ async fn create_or_update(
     let mut wrote = ensure_secret(&secrets, &data.to_secret(namespace, name)).await?;
 
     for _ in 0..MAX_UPDATE_ATTEMPTS {
-        let existing = mrs
-            .get_opt(name)
-            .await
-            .map_err(|e| Error::api("read", MANAGED_RESOURCE, namespace, name, e))?;
+        let existing = match read.take() {
+            Some(existing) => existing,
+            None => mrs
+                .get_opt(name)
+                .await
+                .map_err(|e| Error::api("read", MANAGED_RESOURCE, namespace, name, e))?,
+        };
         let Some(existing) = existing else {
             match mrs
                 .create(&PostParams::default(), &desired.new_object(namespace, name))
