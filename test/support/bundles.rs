@@ -154,9 +154,16 @@ impl ShootObject {
     }
 }
 
-/// Every object in the shoot whose origin is the ManagedResource `namespace/name`, sorted. Looks
-/// at every kind a shim bundle holds, with a list of its own rather than the extension's, so
-/// that it judges the extension instead of repeating it.
+/// The label of ConfigMaps and Secrets that gardener-resource-manager's garbage collector
+/// deletes once nothing refers to them (at least ten minutes after their creation).
+pub const GARBAGE_COLLECTABLE_LABEL: &str =
+    "resources.gardener.cloud/garbage-collectable-reference";
+
+/// Every object in the shoot whose origin is the ManagedResource `namespace/name`, sorted,
+/// except garbage-collectable ConfigMaps (the resource manager leaves those to its garbage
+/// collector on purpose, whether or not a ManagedResource still lists them). Looks at every
+/// kind a shim bundle holds, with a list of its own rather than the extension's, so that it
+/// judges the extension instead of repeating it.
 pub async fn objects_with_origin(shoot: &Client, namespace: &str, name: &str) -> Vec<ShootObject> {
     let kinds = [
         ApiResource::erase::<RuntimeClass>(&()),
@@ -183,7 +190,12 @@ pub async fn objects_with_origin(shoot: &Client, namespace: &str, name: &str) ->
                 .annotations()
                 .get(ORIGIN_ANNOTATION)
                 .is_some_and(|o| *o == key || o.ends_with(&format!(":{key}")));
-            if ours {
+            let collected = kind.kind == "ConfigMap"
+                && object
+                    .labels()
+                    .get(GARBAGE_COLLECTABLE_LABEL)
+                    .is_some_and(|v| v == "true");
+            if ours && !collected {
                 found.push(ShootObject {
                     kind: kind.clone(),
                     namespace: object.namespace(),

@@ -8,6 +8,9 @@
 //! between, so the update conflicts) never records them, and no later pass deletes them. Every
 //! write that removes objects therefore waits until GRM has recorded the current generation;
 //! then everything the current bundle may have created is on record.
+//!
+//! Garbage-collectable ConfigMaps and Secrets are the exception: GRM's garbage collector
+//! deletes them once nothing refers to them, recorded or not, and GRM itself leaves them to it.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -124,19 +127,43 @@ impl fmt::Display for ObjectKey {
     }
 }
 
+/// Marks a ConfigMap or Secret that GRM's garbage collector deletes once no workload or
+/// ManagedResource refers to it.
+pub const GARBAGE_COLLECTABLE_LABEL: &str = super::secret::GARBAGE_COLLECTABLE_LABEL;
+
+/// GRM's rule for objects its garbage collector owns: a `v1` ConfigMap or Secret labelled
+/// garbage-collectable. GRM does not delete them when they leave a bundle (its collector does,
+/// once nothing refers to them), so their removal does not depend on its record.
+pub fn garbage_collectable(object: &Value) -> bool {
+    let labelled = object
+        .pointer("/metadata/labels")
+        .and_then(|labels| labels.get(GARBAGE_COLLECTABLE_LABEL))
+        .and_then(Value::as_str)
+        .is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "1");
+    let kind = object.get("kind").and_then(Value::as_str);
+    labelled
+        && object.get("apiVersion").and_then(Value::as_str) == Some("v1")
+        && matches!(kind, Some("ConfigMap" | "Secret"))
+}
+
 /// The keys of a bundle's objects.
 pub fn keys<'a>(objects: impl IntoIterator<Item = &'a Value>) -> BTreeSet<ObjectKey> {
     objects.into_iter().filter_map(ObjectKey::of).collect()
 }
 
 /// The objects of `current` that `next` no longer holds, in key order: what GRM deletes when
-/// `next` replaces `current`.
+/// `next` replaces `current` (garbage-collectable objects are its garbage collector's).
 pub fn removed<'a>(
     current: impl IntoIterator<Item = &'a Value>,
     next: impl IntoIterator<Item = &'a Value>,
 ) -> Vec<ObjectKey> {
     let next = keys(next);
-    keys(current)
+    let current: BTreeSet<ObjectKey> = current
+        .into_iter()
+        .filter(|object| !garbage_collectable(object))
+        .filter_map(ObjectKey::of)
+        .collect();
+    current
         .into_iter()
         .filter(|key| !next.contains(key))
         .collect()
@@ -275,5 +302,33 @@ mod tests {
             Some("ConfigMap kube-system/c")
         );
         assert_eq!(ObjectKey::of(&json!({"kind": "X"})), None);
+    }
+
+    #[test]
+    fn garbage_collectable_objects_are_the_collectors_not_removals() {
+        let labelled = |api_version: &str, kind: &str, value: &str| {
+            json!({"apiVersion": api_version, "kind": kind,
+                   "metadata": {"name": "x", "namespace": "kube-system",
+                                "labels": {GARBAGE_COLLECTABLE_LABEL: value}}})
+        };
+        assert!(garbage_collectable(&labelled("v1", "ConfigMap", "true")));
+        assert!(garbage_collectable(&labelled("v1", "Secret", "True")));
+        assert!(!garbage_collectable(&labelled("v1", "ConfigMap", "false")));
+        assert!(!garbage_collectable(&labelled(
+            "v1",
+            "ServiceAccount",
+            "true"
+        )));
+        assert!(!garbage_collectable(&labelled(
+            "apps/v1",
+            "DaemonSet",
+            "true"
+        )));
+        let plain = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                           "metadata": {"name": "y", "namespace": "kube-system"}});
+        assert!(!garbage_collectable(&plain));
+        let current = [labelled("v1", "ConfigMap", "true"), plain];
+        let gone = removed(&current, &[]);
+        assert_eq!(list(&gone), "ConfigMap kube-system/y");
     }
 }

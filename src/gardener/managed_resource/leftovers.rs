@@ -74,8 +74,8 @@ pub fn names_managed_resource(origin: &str, namespace: &str, name: &str) -> bool
 
 /// The objects of `kinds` in `target` that name `mr` as their origin and that `bundle` does not
 /// hold, sorted. Only objects carrying the labels `mr` injects are listed (GRM put them on
-/// everything it applied). Objects being deleted, and objects GRM is told to keep, are not
-/// leftovers. A kind the cluster does not serve has no objects.
+/// everything it applied). Objects being deleted, objects GRM is told to keep and objects its
+/// garbage collector owns are not leftovers. A kind the cluster does not serve has no objects.
 pub async fn find(
     target: &Client,
     kinds: &[TrackedKind],
@@ -160,7 +160,7 @@ pub fn leftover(
     let Some(key) = ObjectKey::of(&value) else {
         return Ok(None);
     };
-    if held.contains(&key) {
+    if held.contains(&key) || catch_up::garbage_collectable(&value) {
         return Ok(None);
     }
     Ok(Some(Leftover {
@@ -257,6 +257,21 @@ mod tests {
         ]);
         let in_bundle = live_runtime_class("a", json!({ORIGIN_ANNOTATION: "ns/mr"}));
         assert_eq!(leftover(in_bundle, &kind, "ns", "mr", &held).unwrap(), None);
+    }
+
+    #[test]
+    fn garbage_collectable_objects_are_left_to_the_garbage_collector() {
+        let kind = TrackedKind::of::<ConfigMap>();
+        let object: DynamicObject = serde_json::from_value(json!({
+            "metadata": {"name": "installer-0123456789", "namespace": "kube-system",
+                         "labels": {catch_up::GARBAGE_COLLECTABLE_LABEL: "true"},
+                         "annotations": {ORIGIN_ANNOTATION: "ns/mr"}},
+        }))
+        .unwrap();
+        assert_eq!(
+            leftover(object, &kind, "ns", "mr", &BTreeSet::new()).unwrap(),
+            None
+        );
     }
 
     #[test]
