@@ -116,6 +116,7 @@ pub fn add_controllers(
         images.clone(),
         ActuatorSettings {
             uninstall_timeout: options.shim.uninstall_timeout,
+            catch_up_timeout: options.extension.reconcile_timeout,
             ..ActuatorSettings::default()
         },
     );

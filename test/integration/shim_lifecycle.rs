@@ -34,28 +34,31 @@ static SHOOT: Mutex<()> = Mutex::const_new(());
 const INSTALLER: &str = "containerd-shim-installer-worker-a";
 const INSTALLER_SELECTOR: &str = "app.kubernetes.io/name=containerd-shim-installer";
 
-fn config(shims: Value) -> Value {
+pub(crate) fn config(shims: Value) -> Value {
     json!({"apiVersion": "containerd-shim.extensions.gardener.cloud/v1alpha1", "kind": "ContainerdShimConfig", "shims": shims})
 }
 
-struct Fixture {
+/// One test's turn on the shoot: its shoot namespace with a Cluster, and the real controller
+/// with the real actuator watching it.
+pub(crate) struct Fixture {
     _turn: MutexGuard<'static, ()>,
-    seed: Client,
-    shoot: Client,
-    ns: String,
-    api: Api<Extension>,
+    pub(crate) env: support::Env,
+    pub(crate) seed: Client,
+    pub(crate) shoot: Client,
+    pub(crate) ns: String,
+    pub(crate) api: Api<Extension>,
     _controller: RunningController,
 }
 
 /// Removes what earlier tests may have left in the shoot: their ManagedResources (which would
 /// fight ours over the same objects) and simulated nodes.
 async fn clean_shoot(seed: &Client, shoot: &Client) {
-    crate::support::bundles::remove_shim_bundles(seed).await;
+    crate::support::bundles::remove_shim_bundles(seed, shoot).await;
     nodes::delete_simulated_nodes(shoot).await;
 }
 
 impl Fixture {
-    async fn new(test: &str, settings: ActuatorSettings, shoot_json: Value) -> Fixture {
+    pub(crate) async fn new(test: &str, settings: ActuatorSettings, shoot_json: Value) -> Fixture {
         let turn = SHOOT.lock().await;
         let c = support::Clusters::connect().await;
         clean_shoot(&c.seed, &c.shoot).await;
@@ -78,6 +81,7 @@ impl Fixture {
         .await;
         Fixture {
             _turn: turn,
+            env: c.env,
             api: Api::namespaced(c.seed.clone(), &ns),
             seed: c.seed,
             shoot: c.shoot,
@@ -90,7 +94,7 @@ impl Fixture {
         Fixture::new(test, fast_settings(), objects::shoot(test)).await
     }
 
-    async fn create(&self, provider_config: Value) {
+    pub(crate) async fn create(&self, provider_config: Value) {
         self.api
             .create(
                 &PostParams::default(),
@@ -100,7 +104,7 @@ impl Fixture {
             .expect("create Extension");
     }
 
-    async fn set_config(&self, provider_config: Value) -> String {
+    pub(crate) async fn set_config(&self, provider_config: Value) -> String {
         self.api
             .patch(
                 "containerd-shim",
@@ -112,11 +116,11 @@ impl Fixture {
         gardenlet::request_reconcile(&self.api, "containerd-shim").await
     }
 
-    async fn ready(&self, ts: Option<&str>) -> Extension {
+    pub(crate) async fn ready(&self, ts: Option<&str>) -> Extension {
         gardenlet::wait_ready(&self.api, "containerd-shim", ts).await
     }
 
-    async fn managed_resource(&self) -> Option<ManagedResource> {
+    pub(crate) async fn managed_resource(&self) -> Option<ManagedResource> {
         Api::<ManagedResource>::namespaced(self.seed.clone(), &self.ns)
             .get_opt(MANAGED_RESOURCE)
             .await
@@ -181,14 +185,15 @@ impl Fixture {
             .expect("get DaemonSet")
     }
 
-    async fn gone(&self) {
+    pub(crate) async fn gone(&self) {
         gardenlet::wait_deleted(&self.api, "containerd-shim").await;
     }
 }
 
-fn fast_settings() -> ActuatorSettings {
+pub(crate) fn fast_settings() -> ActuatorSettings {
     ActuatorSettings {
         uninstall_timeout: Duration::from_secs(300),
+        catch_up_timeout: Duration::from_secs(60),
         poll_interval: Duration::from_millis(500),
     }
 }

@@ -22,12 +22,13 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use serde::Serialize;
+use serde_json::Value;
 use tokio::time::Instant;
 
 use super::desired::{DesiredManagedResource, RESERVED_ORIGIN};
-use super::secret::{GARBAGE_COLLECTABLE_LABEL, SECRET_PREFIX, SecretData};
+use super::secret::{GARBAGE_COLLECTABLE_LABEL, SECRET_PREFIX, SecretData, decode_secret};
 use super::{Error, is_configuration_problem};
 use crate::gardener::api::managed_resource::conditions::RESOURCES_APPLIED;
 use crate::gardener::api::{ConditionStatus, ManagedResource};
@@ -76,6 +77,33 @@ pub async fn create_or_update_for_shoot(
     keep_objects: bool,
     data: &SecretData,
 ) -> Result<bool, Error> {
+    let desired = for_shoot(namespace, name, origin, keep_objects, data)?;
+    create_or_update(client, namespace, name, &desired, data, None).await
+}
+
+/// [`create_or_update_for_shoot`] for a caller that has just read the ManagedResource
+/// (`current`; `None` when there is none): the first attempt starts from that instead of
+/// reading it again; a conflict reads it anew.
+pub async fn create_or_update_for_shoot_from(
+    client: &Client,
+    current: Option<ManagedResource>,
+    namespace: &str,
+    name: &str,
+    origin: &str,
+    keep_objects: bool,
+    data: &SecretData,
+) -> Result<bool, Error> {
+    let desired = for_shoot(namespace, name, origin, keep_objects, data)?;
+    create_or_update(client, namespace, name, &desired, data, Some(current)).await
+}
+
+fn for_shoot(
+    namespace: &str,
+    name: &str,
+    origin: &str,
+    keep_objects: bool,
+    data: &SecretData,
+) -> Result<DesiredManagedResource, Error> {
     if origin.is_empty() || origin == RESERVED_ORIGIN {
         return Err(Error::InvalidOrigin {
             namespace: namespace.to_string(),
@@ -83,8 +111,11 @@ pub async fn create_or_update_for_shoot(
             origin: origin.to_string(),
         });
     }
-    let desired = DesiredManagedResource::for_shoot(origin, keep_objects, &data.secret_name(name));
-    create_or_update(client, namespace, name, &desired, data).await
+    Ok(DesiredManagedResource::for_shoot(
+        origin,
+        keep_objects,
+        &data.secret_name(name),
+    ))
 }
 
 /// Gardener's `CreateForSeed`: like [`create_or_update_for_shoot`] with class `seed`.
@@ -97,15 +128,17 @@ pub async fn create_or_update_for_seed(
 ) -> Result<bool, Error> {
     let desired =
         DesiredManagedResource::for_seed(namespace, keep_objects, &data.secret_name(name));
-    create_or_update(client, namespace, name, &desired, data).await
+    create_or_update(client, namespace, name, &desired, data, None).await
 }
 
+/// `read`: the ManagedResource as the caller has just read it, for the first attempt.
 async fn create_or_update(
     client: &Client,
     namespace: &str,
     name: &str,
     desired: &DesiredManagedResource,
     data: &SecretData,
+    mut read: Option<Option<ManagedResource>>,
 ) -> Result<bool, Error> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let mrs: Api<ManagedResource> = Api::namespaced(client.clone(), namespace);
@@ -113,10 +146,13 @@ async fn create_or_update(
     let mut wrote = ensure_secret(&secrets, &data.to_secret(namespace, name)).await?;
 
     for _ in 0..MAX_UPDATE_ATTEMPTS {
-        let existing = mrs
-            .get_opt(name)
-            .await
-            .map_err(|e| Error::api("read", MANAGED_RESOURCE, namespace, name, e))?;
+        let existing = match read.take() {
+            Some(existing) => existing,
+            None => mrs
+                .get_opt(name)
+                .await
+                .map_err(|e| Error::api("read", MANAGED_RESOURCE, namespace, name, e))?,
+        };
         let Some(existing) = existing else {
             match mrs
                 .create(&PostParams::default(), &desired.new_object(namespace, name))
@@ -291,6 +327,28 @@ pub async fn delete(client: &Client, namespace: &str, name: &str) -> Result<(), 
         Err(e) if is_not_found(&e) => Ok(()),
         Err(e) => Err(Error::api("delete", MANAGED_RESOURCE, namespace, name, e)),
     }
+}
+
+/// The objects of the bundle `mr` references now, as gardener-resource-manager reads them;
+/// `None` when one of its secrets is gone.
+pub async fn referenced_objects(
+    client: &Client,
+    mr: &ManagedResource,
+) -> Result<Option<Vec<Value>>, Error> {
+    let namespace = mr.namespace().unwrap_or_default();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
+    let mut objects = Vec::new();
+    for reference in &mr.spec.secret_refs {
+        let secret = secrets
+            .get_opt(&reference.name)
+            .await
+            .map_err(|e| Error::api("read", SECRET, &namespace, &reference.name, e))?;
+        let Some(secret) = secret else {
+            return Ok(None);
+        };
+        objects.extend(decode_secret(&secret)?);
+    }
+    Ok(Some(objects))
 }
 
 /// Whether `secret` is one of the hash-named secrets of ManagedResource `managed_resource`

@@ -33,7 +33,7 @@ mod examples_test;
 #[cfg(test)]
 mod properties_test;
 #[cfg(test)]
-mod test_support;
+pub(crate) mod test_support;
 #[cfg(test)]
 mod valid_configs_test;
 
