@@ -218,25 +218,12 @@ impl ShimActuator {
     /// removed it (and with it, unless `keepObjects`, every shoot object).
     async fn delete_bundle(&self, namespace: &str, what: &str) -> Result<Outcome, ShimError> {
         if self.managed_resource(namespace).await?.is_none() {
-            return self.bundle_gone(namespace).await;
+            return Ok(Outcome::Done);
         }
         managed_resource::delete(&self.client, namespace, MANAGED_RESOURCE).await?;
         Ok(self.in_progress(format!(
             "Waiting until the ManagedResource {MANAGED_RESOURCE} is deleted ({what})"
         )))
-    }
-
-    /// The ManagedResource is gone: its superseded secrets (an older configuration, the
-    /// install bundle the uninstall bundle replaced) go too, rather than waiting for a garbage
-    /// collector.
-    async fn bundle_gone(&self, namespace: &str) -> Result<Outcome, ShimError> {
-        let deleted =
-            managed_resource::delete_leftover_secrets(&self.client, namespace, MANAGED_RESOURCE)
-                .await?;
-        if deleted > 0 {
-            tracing::info!(namespace = %namespace, deleted, "deleted superseded bundle secrets");
-        }
-        Ok(Outcome::Done)
     }
 
     /// Validates and renders the install bundle and writes it, unless it would remove objects
@@ -425,7 +412,7 @@ impl Actuator for ShimActuator {
                 .await;
         }
         let Some(current) = self.managed_resource(&namespace).await? else {
-            return self.bundle_gone(&namespace).await;
+            return Ok(Outcome::Done);
         };
         if current.metadata.deletion_timestamp.is_some() {
             return self.delete_bundle(&namespace, "uninstalled").await;

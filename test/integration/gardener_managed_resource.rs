@@ -679,6 +679,18 @@ async fn keep_objects_then_delete_leaves_the_shoot_objects() {
     f.shoot_config_map_with("kept", cm.data.as_ref().unwrap())
         .await;
 
+    // A second bundle supersedes the first secret; deleting the ManagedResource deletes both.
+    let cm = f.config_map("kept", &[("k", "v2")]);
+    let data = bundle(&[Manifest::from_resource(&cm).unwrap()]);
+    mr::create_or_update_for_shoot(&f.c.seed, &f.ns, MR_NAME, ORIGIN, false, &data)
+        .await
+        .expect("update");
+    mr::wait_until_healthy(&f.c.seed, &f.ns, MR_NAME, fast())
+        .await
+        .expect("healthy");
+    f.shoot_config_map_with("kept", cm.data.as_ref().unwrap())
+        .await;
+
     mr::set_keep_objects(&f.c.seed, &f.ns, MR_NAME, true)
         .await
         .expect("set keepObjects");
@@ -696,7 +708,7 @@ async fn keep_objects_then_delete_leaves_the_shoot_objects() {
             .expect("list")
             .items
             .is_empty(),
-        "the secrets are deleted with the ManagedResource"
+        "the secrets, the superseded one too, are deleted with the ManagedResource"
     );
     let kept = f
         .shoot_config_maps()

@@ -4,9 +4,10 @@
 //!
 //! Write discipline:
 //! - A secret is immutable and named after a hash of its data, so it is created once and then
-//!   only read. We never delete a superseded secret: GRM's garbage collector does that once no
-//!   `reference.*` annotation names it any more (deleting it ourselves would race with GRM
-//!   still applying from it).
+//!   only read. We never delete a superseded secret while the ManagedResource lives: GRM's
+//!   garbage collector does that once no `reference.*` annotation names it any more (deleting
+//!   it ourselves would race with GRM still applying from it). The ManagedResource remembers
+//!   the latest superseded ones, which deleting it deletes by name.
 //! - The ManagedResource is read, merged in memory and written with a full update carrying the
 //!   `resourceVersion` we read, and only if the merge changed something. Optimistic
 //!   concurrency rather than server-side apply because (1) "nothing changed" must mean "no
@@ -21,13 +22,13 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde::Serialize;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::desired::{DesiredManagedResource, RESERVED_ORIGIN};
+use super::desired::{DesiredManagedResource, RESERVED_ORIGIN, superseded_secrets};
 use super::secret::{GARBAGE_COLLECTABLE_LABEL, SECRET_PREFIX, SecretData, decode_secret};
 use super::{Error, is_configuration_problem};
 use crate::gardener::api::managed_resource::conditions::RESOURCES_APPLIED;
@@ -295,8 +296,9 @@ struct KeepObjectsSpec {
     keep_objects: bool,
 }
 
-/// Gardener's `Delete`: the referenced secrets (and the legacy `managedresource-<name>`) first,
-/// so that no secret is orphaned if the ManagedResource goes and we fail right after; then the
+/// Gardener's `Delete`: the referenced secrets, the superseded ones it remembers
+/// ([`superseded_secrets`]; Gardener leaves those to GRM's garbage collector) and the legacy
+/// `managedresource-<name>` first, so that no secret is orphaned if the ManagedResource goes and we fail right after; then the
 /// ManagedResource. NotFound is not an error. GRM keeps the ManagedResource (finalizer) until
 /// it has deleted the objects: see [`wait_until_deleted`].
 pub async fn delete(client: &Client, namespace: &str, name: &str) -> Result<(), Error> {
@@ -307,9 +309,17 @@ pub async fn delete(client: &Client, namespace: &str, name: &str) -> Result<(), 
         .await
         .map_err(|e| Error::api("read", MANAGED_RESOURCE, namespace, name, e))?;
     let mut secret_names = vec![format!("{SECRET_PREFIX}{name}")];
-    for secret in existing.iter().flat_map(|mr| &mr.spec.secret_refs) {
-        if !secret_names.contains(&secret.name) {
-            secret_names.push(secret.name.clone());
+    let superseded = existing
+        .iter()
+        .flat_map(|mr| mr.metadata.annotations.as_ref())
+        .flat_map(superseded_secrets);
+    let referenced = existing
+        .iter()
+        .flat_map(|mr| &mr.spec.secret_refs)
+        .map(|s| s.name.clone());
+    for secret in referenced.chain(superseded) {
+        if !secret_names.contains(&secret) {
+            secret_names.push(secret);
         }
     }
     for secret in &secret_names {
@@ -349,46 +359,6 @@ pub async fn referenced_objects(
         objects.extend(decode_secret(&secret)?);
     }
     Ok(Some(objects))
-}
-
-/// Whether `secret` is one of the hash-named secrets of ManagedResource `managed_resource`
-/// (`managedresource-<mr>-<8 hex>`), as [`SecretData::secret_name`] names them.
-pub fn is_secret_of(managed_resource: &str, secret: &str) -> bool {
-    secret
-        .strip_prefix(SECRET_PREFIX)
-        .and_then(|rest| rest.strip_prefix(managed_resource))
-        .and_then(|rest| rest.strip_prefix('-'))
-        .is_some_and(|hash| hash.len() == 8 && hash.bytes().all(|b| b.is_ascii_hexdigit()))
-}
-
-/// Deletes what is left of the secrets of ManagedResource `name` once it is gone: the
-/// superseded ones (an older configuration, the install bundle replaced by the uninstall
-/// bundle) that only GRM's garbage collector would otherwise remove, if it runs at all. Call it
-/// only when the ManagedResource no longer exists; then nothing reads them. NotFound is not an
-/// error. Returns how many were deleted.
-pub async fn delete_leftover_secrets(
-    client: &Client,
-    namespace: &str,
-    name: &str,
-) -> Result<usize, Error> {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let list = secrets
-        .list_metadata(&ListParams::default().labels(&format!("{GARBAGE_COLLECTABLE_LABEL}=true")))
-        .await
-        .map_err(|e| Error::api("list the secrets of", MANAGED_RESOURCE, namespace, name, e))?;
-    let mut deleted = 0;
-    for secret in list.items {
-        let secret_name = secret.metadata.name.unwrap_or_default();
-        if !is_secret_of(name, &secret_name) {
-            continue;
-        }
-        match secrets.delete(&secret_name, &DeleteParams::default()).await {
-            Ok(_) => deleted += 1,
-            Err(e) if is_not_found(&e) => {}
-            Err(e) => return Err(Error::api("delete", SECRET, namespace, &secret_name, e)),
-        }
-    }
-    Ok(deleted)
 }
 
 /// Gardener's `SetKeepObjects`: a merge patch of `spec.keepObjects`; NotFound is not an error.
@@ -643,24 +613,6 @@ mod tests {
         .expect("a long interval must not sleep past the deadline");
         assert_eq!(rounds, 1);
         assert!(Instant::now() >= deadline);
-    }
-
-    #[test]
-    fn only_our_hash_named_secrets_are_ours() {
-        let data = SecretData::from_map(BTreeMap::from([("k".to_string(), b"v".to_vec())]));
-        assert!(is_secret_of("mr", &data.secret_name("mr")));
-        assert!(is_secret_of("mr", "managedresource-mr-0ea7da4f"));
-        for other in [
-            "managedresource-mr",
-            "managedresource-mr-0ea7da4",
-            "managedresource-mr-0ea7da4fx",
-            "managedresource-mr-xyzxyzxy",
-            "managedresource-mr-other-0ea7da4f",
-            "managedresource-mrx-0ea7da4f",
-            "mr-0ea7da4f",
-        ] {
-            assert!(!is_secret_of("mr", other), "{other}");
-        }
     }
 
     #[test]

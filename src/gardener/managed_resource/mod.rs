@@ -28,9 +28,8 @@ use std::time::Duration;
 
 pub use apply::{
     DEFAULT_POLL_INTERVAL, Wait, create_or_update_for_seed, create_or_update_for_shoot,
-    create_or_update_for_shoot_from, delete, delete_leftover_secrets, is_secret_of,
-    referenced_objects, set_keep_objects, wait_until_deleted, wait_until_healthy,
-    wait_until_healthy_and_rolled_out,
+    create_or_update_for_shoot_from, delete, referenced_objects, set_keep_objects,
+    wait_until_deleted, wait_until_healthy, wait_until_healthy_and_rolled_out,
 };
 pub use desired::DesiredManagedResource;
 pub use secret::{Manifest, Scope, SecretData, decode, decode_secret, pack};

@@ -15,6 +15,7 @@
 
 pub mod admission;
 pub mod catalog;
+pub mod custom_policy;
 pub mod decode;
 pub mod desired;
 pub mod error;

@@ -12,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::admission::{self, PolicyApi};
 use super::catalog::{self, Catalog, CatalogEntry};
+use super::custom_policy::CustomShimPolicy;
 use super::error::{ConfigError, FieldError, FieldPath, quote};
 use super::pools::{self, SelectedPool};
 use super::scheduling;
@@ -341,7 +342,8 @@ fn validate_shim(
         }
         Source::Custom(custom) => {
             let custom_path = path.child("custom");
-            let binaries = custom_binaries(custom, &custom_path, &pools, errors);
+            let binaries =
+                custom_binaries(custom, &custom_path, &pools, &catalog.custom_shims, errors);
             ValidatedShim {
                 name: shim.name.clone(),
                 origin: ShimOrigin::Custom,
@@ -385,6 +387,16 @@ fn resolve_source<'a>(
             errors.push(FieldError::new(
                 path,
                 "sets both catalog and custom; choose one",
+            ));
+            None
+        }
+        (None, Some(_)) if catalog.custom_shims.disallowed => {
+            errors.push(FieldError::new(
+                &path.child("custom"),
+                format!(
+                    "custom shims are not allowed by the operator of this installation; use a catalog shim ({})",
+                    known()
+                ),
             ));
             None
         }
@@ -462,6 +474,7 @@ fn custom_binaries(
     custom: &CustomShim,
     path: &FieldPath,
     pools: &[SelectedPool],
+    policy: &CustomShimPolicy,
     errors: &mut Vec<FieldError>,
 ) -> Vec<ValidatedBinary> {
     let list = path.child("binaries");
@@ -508,8 +521,8 @@ fn custom_binaries(
                 ));
                 None
             }
-            (Some(image), None) => image_source(image, &at.child("image"), errors),
-            (None, Some(url)) => url_source(url, &at.child("url"), pools, errors),
+            (Some(image), None) => image_source(image, &at.child("image"), policy, errors),
+            (None, Some(url)) => url_source(url, &at.child("url"), pools, policy, errors),
         };
         if let Some(source) = source {
             out.push(ValidatedBinary {
@@ -524,10 +537,13 @@ fn custom_binaries(
 fn image_source(
     image: &types::ImageFile,
     path: &FieldPath,
+    policy: &CustomShimPolicy,
     errors: &mut Vec<FieldError>,
 ) -> Option<ValidatedSource> {
     let before = errors.len();
-    if let Err(problem) = syntax::image_reference(&image.reference) {
+    if let Err(problem) = syntax::image_reference(&image.reference)
+        .and_then(|()| policy.check_image(&image.reference))
+    {
         errors.push(FieldError::invalid(
             &path.child("ref"),
             &image.reference,
@@ -567,6 +583,7 @@ fn url_source(
     url: &types::UrlFile,
     path: &FieldPath,
     pools: &[SelectedPool],
+    policy: &CustomShimPolicy,
     errors: &mut Vec<FieldError>,
 ) -> Option<ValidatedSource> {
     let before = errors.len();
@@ -574,7 +591,9 @@ fn url_source(
     for (arch, artifact) in [(Arch::Amd64, &url.amd64), (Arch::Arm64, &url.arm64)] {
         let Some(artifact) = artifact else { continue };
         let at = path.child(arch.as_str());
-        if let Err(problem) = syntax::https_url(&artifact.url) {
+        if let Err(problem) =
+            syntax::https_url(&artifact.url).and_then(|()| policy.check_url(&artifact.url))
+        {
             errors.push(FieldError::invalid(
                 &at.child("url"),
                 &artifact.url,
