@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures::FutureExt;
 
 use crate::gardener::cache::SharedCaches;
+use crate::gardener::extension::events::OutcomeEvents;
 use crate::gardener::extension::options::ExtensionControllerOptions;
 use crate::gardener::extension::{Context, ControllerMetrics, controller as extension_controller};
 use crate::gardener::healthcheck::config::HealthCheckConfig;
@@ -37,6 +38,8 @@ pub const CONTROLLERS: &[&str] = &[
     HEALTHCHECK_CONTROLLER,
     HEARTBEAT_CONTROLLER,
 ];
+/// `reportingController` of the Events this extension records.
+pub const EVENT_REPORTER: &str = "gardener-extension-containerd-shim";
 /// The condition gardenlet aggregates into the Shoot's `SystemComponentsHealthy`.
 pub const SYSTEM_COMPONENTS_HEALTHY: &str = "SystemComponentsHealthy";
 
@@ -154,13 +157,21 @@ pub fn add_controllers(
             metrics: ctx.metrics.clone(),
             controller: EXTENSION_CONTROLLER,
         });
-        let context = Arc::new(Context::new(
+        let events = OutcomeEvents::new(
             ctx.client.clone(),
-            actuator,
-            extension_caches,
-            reconciler_config,
-            observer,
-        ));
+            EVENT_REPORTER,
+            &crate::gardener::runtime::leader::identity(),
+        );
+        let context = Arc::new(
+            Context::new(
+                ctx.client.clone(),
+                actuator,
+                extension_caches,
+                reconciler_config,
+                observer,
+            )
+            .with_events(events),
+        );
         async move {
             let shutdown = ctx.shutdown.clone();
             let leader = {
