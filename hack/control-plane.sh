@@ -414,8 +414,6 @@ up() {
     read -r -a shoot_args <<<"$(shoot_apiserver_node_args)"
     read -r -a kcm_args <<<"$(shoot_kcm_node_args)"
   fi
-  # Also serve the beta admission-policy API, which 1.29 shoots get the installer's policies in.
-  shoot_args+=(--runtime-config=admissionregistration.k8s.io/v1beta1=true)
   # shellcheck disable=SC2046
   start_apiserver seed-apiserver "$SEED_PORT" /seed 127.0.0.1 $(seed_apiserver_args)
   start_apiserver shoot-apiserver "$SHOOT_PORT" /shoot "$shoot_host" "${shoot_args[@]}"
