@@ -260,6 +260,20 @@ impl DesiredShims {
         }
     }
 
+    /// The set as the nodes of one worker pool need it: the shims whose pools include it (or
+    /// that name no pool). The installer still applies each shim's node selector.
+    pub fn for_pool(&self, pool: &str) -> DesiredShims {
+        DesiredShims {
+            shims: self
+                .shims
+                .iter()
+                .filter(|s| s.worker_pools.is_empty() || s.worker_pools.iter().any(|p| p == pool))
+                .cloned()
+                .collect(),
+            ..self.clone()
+        }
+    }
+
     /// Serialises to the ConfigMap value: stable (sorted maps, shims in the given order) so that
     /// equal sets give byte-equal output and the pod-template hash only changes on real change.
     pub fn to_json(&self) -> String {

@@ -121,11 +121,17 @@ pub fn count(shims: &[DesiredShim], nodes: &[NodeView]) -> CheckResult {
             })
             .collect();
         lagging |= verified < eligible.len();
+        // A node is verified, failed, or still pending (its installer has not finished, or
+        // the rollout has not reached it yet).
+        let pending = eligible.len().saturating_sub(verified + failed.len());
         let mut part = format!(
             "{}: {verified}/{} nodes verified",
             shim.name,
             eligible.len()
         );
+        if pending > 0 {
+            part.push_str(&format!(", {pending} pending"));
+        }
         if !failed.is_empty() {
             part.push_str(&format!(", {} failed", failed.len()));
         }
@@ -135,9 +141,9 @@ pub fn count(shims: &[DesiredShim], nodes: &[NodeView]) -> CheckResult {
     if parts.is_empty() {
         return CheckResult::Successful;
     }
-    let detail = parts.join(", ");
+    let detail = parts.join("; ");
     if !failures.is_empty() {
-        CheckResult::unsuccessful(format!("{detail}; failed: {}", failures.join("; ")))
+        CheckResult::unsuccessful(format!("{detail}. Failed: {}", failures.join("; ")))
     } else if lagging {
         CheckResult::progressing(detail, Some(ROLLOUT_THRESHOLD))
     } else {
@@ -258,7 +264,10 @@ mod tests {
             CheckResult::Progressing {
                 detail, threshold, ..
             } => {
-                assert_eq!(detail, "spin: 1/2 nodes verified, wamr: 1/1 nodes verified");
+                assert_eq!(
+                    detail,
+                    "spin: 1/2 nodes verified, 1 pending; wamr: 1/1 nodes verified"
+                );
                 assert_eq!(threshold, Some(ROLLOUT_THRESHOLD));
             }
             other => panic!("{other:?}"),
@@ -302,8 +311,8 @@ mod tests {
         match count(&shims, &[failed.clone(), verified.clone()]) {
             CheckResult::Unsuccessful { detail, .. } => assert_eq!(
                 detail,
-                "crun: 1/2 nodes verified, 1 failed, spin: 1/2 nodes verified; \
-                 failed: crun on node-1: containerd did not start the sandbox"
+                "crun: 1/2 nodes verified, 1 failed; spin: 1/2 nodes verified, 1 pending. \
+                 Failed: crun on node-1: containerd did not start the sandbox"
             ),
             other => panic!("{other:?}"),
         }

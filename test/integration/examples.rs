@@ -191,7 +191,7 @@ fn render_prints_the_example_bundle() {
         "the desired set's ConfigMap is missing from {kinds:?}"
     );
     for expected in [
-        "DaemonSet/containerd-shim-installer",
+        "DaemonSet/containerd-shim-installer-worker-a",
         "ServiceAccount/containerd-shim-installer",
         "RuntimeClass/gvisor",
         "RuntimeClass/wasmtime",

@@ -16,3 +16,4 @@ mod installer_budget;
 mod installer_download;
 mod installer_host;
 mod shim_lifecycle;
+mod shim_removal_races;

@@ -124,6 +124,10 @@ async fn a_shim_that_cannot_run_stops_at_the_first_node() {
         message.contains("pod sandbox"),
         "the failure says what went wrong: {message}"
     );
+    assert!(
+        message.contains("broken: 0/2 nodes verified, 1 pending, 1 failed"),
+        "the counts show the rollout's state: {message}"
+    );
 
     // The rollout stopped: only the failed node has a pod of the new set, and it is not Ready.
     // Watched for a while, the other node keeps its old pod and never restarts containerd.

@@ -468,14 +468,14 @@ impl Scenario {
             .collect()
     }
 
-    /// The desired-set digest of the DaemonSet's current pod template, once
+    /// The desired-set digest of the nodes' pool's installer DaemonSet's pod template, once
     /// gardener-resource-manager has applied the DaemonSet.
     pub async fn current_desired_sha256(&self) -> String {
         let daemon_sets: Api<k8s_openapi::api::apps::v1::DaemonSet> =
             Api::namespaced(self.c.shoot.clone(), "kube-system");
         let ds = poll::until("the installer DaemonSet", poll::DEFAULT_TIMEOUT, || async {
             daemon_sets
-                .get_opt("containerd-shim-installer")
+                .get_opt(&format!("containerd-shim-installer-{}", self.nodes.pool))
                 .await
                 .map_err(|e| e.to_string())?
                 .ok_or_else(|| "not applied yet".to_string())

@@ -1,6 +1,8 @@
 //! The extension's image vector: `charts/images.yaml`, embedded at build time and overridden
 //! at run time through `IMAGEVECTOR_OVERWRITE`.
 
+use super::catalog::Catalog;
+use super::syntax;
 use crate::gardener::imagevector::{Image, ImageVector, ImageVectorError};
 
 /// Image-vector name of the seed controller.
@@ -19,6 +21,45 @@ pub fn embedded() -> Result<ImageVector, ImageVectorError> {
 /// The embedded image vector merged with the operator's override from `IMAGEVECTOR_OVERWRITE`.
 pub fn image_vector() -> Result<ImageVector, ImageVectorError> {
     embedded()?.with_env_override()
+}
+
+/// Every image the extension may hand to a shoot, resolved once: the installer, and every
+/// version of every catalog entry on each architecture the entry supports. The controller runs
+/// this at start-up, so an overlay or image-vector override that names a missing image or
+/// writes an unusable reference stops it there, not when a shoot first selects the entry.
+pub fn check_catalog_images(vector: &ImageVector, catalog: &Catalog) -> Result<(), Vec<String>> {
+    let mut problems = Vec::new();
+    let mut check = |what: String, image: Result<Image, ImageVectorError>| match image {
+        Ok(image) => {
+            if let Err(problem) = syntax::image_reference(&image.to_string()) {
+                problems.push(format!("{what}: {image} {problem}"));
+            }
+        }
+        Err(e) => problems.push(format!("{what}: {e}")),
+    };
+    check(
+        format!("image {INSTALLER_IMAGE:?}"),
+        own_image(vector, INSTALLER_IMAGE),
+    );
+    for (name, entry) in &catalog.shims {
+        for (version, spec) in &entry.versions {
+            for arch in &entry.architectures {
+                check(
+                    format!(
+                        "catalog.shims[{name}].versions[{version}] ({}): image {:?}",
+                        arch.as_str(),
+                        spec.image
+                    ),
+                    vector.find_image(&spec.image, None, None, Some(arch.as_str())),
+                );
+            }
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
+    }
 }
 
 /// One of the extension's own images. Entries without a tag get the extension's version,

@@ -134,7 +134,17 @@ fn kata_is_privileged_without_host_devices_and_suggests_overhead() {
     assert_eq!(kata.handler, "kata-qemu");
     assert_eq!(kata.runtime_type, "io.containerd.kata-qemu.v2");
     assert_eq!(kata.binaries[0].name, "containerd-shim-kata-v2");
-    assert_eq!(kata.pod_annotations, ["io.katacontainers.*"]);
+    assert!(
+        kata.pod_annotations.is_empty(),
+        "{:?}",
+        kata.pod_annotations
+    );
+    assert!(
+        kata.config_files[0]
+            .content
+            .contains("enable_annotations = []"),
+        "Kata must honour no hypervisor annotation"
+    );
     assert_eq!(
         kata.overhead,
         BTreeMap::from([
