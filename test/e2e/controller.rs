@@ -41,7 +41,8 @@ async fn the_binary_converges_an_extension_and_reports_its_health() {
     let ts = gardenlet::request_reconcile(&extensions, "containerd-shim").await;
     gardenlet::wait_ready(&extensions, "containerd-shim", Some(&ts)).await;
     let events: Api<Event> = Api::namespaced(c.seed.clone(), &ns);
-    let succeeded = wait_event(&events, "ReconcileSucceeded", |_| true).await;
+    // The first operation on an Extension is a Create (its lastOperation type).
+    let succeeded = wait_event(&events, "CreateSucceeded", |_| true).await;
     assert_eq!(succeeded.type_.as_deref(), Some("Normal"));
     let regarding = succeeded.regarding.clone().unwrap_or_default();
     assert_eq!(regarding.kind.as_deref(), Some("Extension"));
