@@ -36,6 +36,8 @@ pub const CONTROLLERS: &[&str] = &[
     HEALTHCHECK_CONTROLLER,
     HEARTBEAT_CONTROLLER,
 ];
+/// The User-Agent component of the shared caches' watches.
+pub const CACHE_COMPONENT: &str = "cache";
 /// The condition gardenlet aggregates into the Shoot's `SystemComponentsHealthy`.
 pub const SYSTEM_COMPONENTS_HEALTHY: &str = "SystemComponentsHealthy";
 
@@ -96,9 +98,9 @@ pub fn add_controllers(
         .to_config(EXTENSION_TYPE)
         .map_err(SetupError::Flag)?;
     let (catalog, images) = load_catalog_and_images(&options.shim)?;
-    let client = manager.client().clone();
-    // One set of caches for both controllers; started on every replica so stand-bys are Ready.
-    let caches = SharedCaches::spawn(&client, ORIGIN);
+    // One set of caches (one watch per kind) for both controllers; started on every replica so
+    // stand-bys are Ready.
+    let caches = SharedCaches::spawn(&manager.client_for(CACHE_COMPONENT), ORIGIN);
     let caches_synced = manager.readiness().register("shared-caches");
     {
         let caches = caches.clone();
@@ -111,7 +113,7 @@ pub fn add_controllers(
     let catalog = Arc::new(catalog);
     let images = Arc::new(images);
     let actuator = ShimActuator::new(
-        client.clone(),
+        manager.client_for(EXTENSION_CONTROLLER),
         catalog.clone(),
         images.clone(),
         ActuatorSettings {
@@ -154,7 +156,11 @@ pub fn add_controllers(
         SYSTEM_COMPONENTS_HEALTHY,
         vec![
             Arc::new(ManagedResourceCheck::new(MANAGED_RESOURCE)),
-            Arc::new(VerifiedNodesCheck::new(catalog, images)),
+            Arc::new(VerifiedNodesCheck::new(
+                catalog,
+                images,
+                &manager.user_agent(HEALTHCHECK_CONTROLLER),
+            )),
         ],
     );
     health.classes = options.extension.extension_classes.clone();

@@ -44,7 +44,7 @@ pub async fn start<A: Actuator>(
     actuator: A,
     config: ReconcilerConfig,
 ) -> RunningController {
-    let caches = SharedCaches::spawn(&client, "test-origin");
+    let caches = SharedCaches::spawn_in(&client, "test-origin", config.namespace.as_deref());
     let ctx = Arc::new(Context::new(
         client,
         actuator,

@@ -2,7 +2,7 @@
 //! write the conditions if (and only if) they changed.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use kube::api::{Patch, PatchParams};
@@ -11,7 +11,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::watch;
 
-use super::bookkeeping::Bookkeeping;
+use super::bookkeeping::{Bookkeeping, PendingWrite};
 use super::check::{CheckContext, HealthCheck};
 use super::condition::{build_condition, find, merge_conditions, now_in_seconds};
 use super::config::HealthCheckConfig;
@@ -111,17 +111,48 @@ pub(crate) fn conditions_patch(
     })
 }
 
-/// Whether the cached Extension may predate what this controller last wrote or read.
-fn is_stale(known_version: Option<&str>, cached_version: Option<&str>) -> bool {
-    known_version.is_some() && known_version != cached_version
-}
-
 fn conditions_of(extension: &Extension) -> &[Condition] {
     extension
         .status
         .as_ref()
         .map(|s| s.conditions.as_slice())
         .unwrap_or_default()
+}
+
+/// The conditions a check compares with, and the resourceVersion its write carries.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Base {
+    pub version: Option<String>,
+    pub conditions: Vec<Condition>,
+}
+
+/// What the Extension's conditions are, as far as this controller knows without asking: the
+/// cached object, unless the cache has not yet shown our own last write (then what we wrote,
+/// with the version our write produced). A pending write older than `grace` is taken to have
+/// been shown (a relist can skip versions); if the cache is older after all, the write carrying
+/// its version is refused with a conflict and the Extension is read.
+pub(crate) fn base(
+    cached: &Extension,
+    pending: Option<&PendingWrite>,
+    now: Instant,
+    grace: Duration,
+) -> Base {
+    let cached_version = cached.metadata.resource_version.as_deref();
+    match pending {
+        Some(p)
+            if Some(p.version.as_str()) != cached_version
+                && now.saturating_duration_since(p.at) < grace =>
+        {
+            Base {
+                version: Some(p.version.clone()),
+                conditions: p.conditions.clone(),
+            }
+        }
+        _ => Base {
+            version: cached_version.map(String::from),
+            conditions: conditions_of(cached).to_vec(),
+        },
+    }
 }
 
 /// Checks one Extension; the entry point for the applier.
@@ -157,31 +188,22 @@ async fn check_and_write(
     cached: Arc<Extension>,
     ctx: &Context,
 ) -> Result<Action, HealthCheckError> {
-    let key = ObjectRef::from_obj(cached.as_ref());
     let namespace = cached.namespace().unwrap_or_default();
     let name = cached.name_any();
-    let api: Api<Extension> = Api::namespaced(ctx.client.clone(), &namespace);
-
-    let mut extension = cached;
-    if is_stale(
-        ctx.bookkeeping.known_version(&key).as_deref(),
-        extension.resource_version().as_deref(),
-    ) {
-        match read(&api, &namespace, &name).await? {
-            Some(fresh) => extension = fresh,
-            None => return Ok(Action::await_change()),
-        }
-    }
-    if let Some(skip) = skip_reason(&extension) {
+    if let Some(skip) = skip_reason(&cached) {
         tracing::debug!(%namespace, %name, ?skip, "not checking the Extension");
+        ctx.config.release(&namespace);
         return Ok(Action::await_change());
     }
 
-    let findings = find_health(&extension, ctx).await?;
-    write_conditions(&api, extension, &findings, ctx).await?;
+    let findings = find_health(&cached, ctx).await?;
+    write_conditions(cached, &findings, ctx).await?;
     Ok(match findings {
         // The Cluster watch resumes the checks when the shoot wakes up.
-        Findings::Hibernated => Action::await_change(),
+        Findings::Hibernated => {
+            ctx.config.release(&namespace);
+            Action::await_change()
+        }
         Findings::Checked(_) => Action::requeue(ctx.config.period),
     })
 }
@@ -266,47 +288,50 @@ async fn run_check(
     }
 }
 
-/// Writes the conditions `findings` imply, unless they equal the current ones. A concurrent
-/// change of the Extension makes the write fail with a conflict; then the Extension is read
-/// again and the conditions are recomputed from it (the findings stay valid: they do not
-/// depend on the Extension's status).
+/// Writes the conditions `findings` imply, unless they equal the current ones (see [`base`]):
+/// a check that finds what was last written sends nothing. A concurrent change of the
+/// Extension makes the write fail with a conflict; only then is the Extension read, and the
+/// conditions are recomputed from it (the findings stay valid: they do not depend on the
+/// Extension's status).
 async fn write_conditions(
-    api: &Api<Extension>,
-    mut extension: Arc<Extension>,
+    extension: Arc<Extension>,
     findings: &Findings,
     ctx: &Context,
 ) -> Result<(), HealthCheckError> {
     let key = ObjectRef::from_obj(extension.as_ref());
     let namespace = extension.namespace().unwrap_or_default();
     let name = extension.name_any();
+    let api: Api<Extension> = Api::namespaced(ctx.client.clone(), &namespace);
     let params = PatchParams {
         field_manager: Some(ctx.config.field_manager.clone()),
         ..PatchParams::default()
     };
+    let mut current = base(
+        &extension,
+        ctx.bookkeeping.pending(&key).as_ref(),
+        Instant::now(),
+        ctx.config.period,
+    );
     for _attempt in 0..MAX_WRITE_ATTEMPTS {
-        let current = conditions_of(&extension);
         let desired = desired_conditions(
-            current,
+            &current.conditions,
             findings,
             ctx.config.condition_types(),
             now_in_seconds(),
         );
-        if desired == current {
-            ctx.bookkeeping
-                .set_known_version(&key, extension.resource_version());
+        if desired == current.conditions {
             return Ok(());
         }
-        let conflict = match extension.resource_version() {
+        let conflict = match &current.version {
             Some(version) => {
-                let patch = conditions_patch(&version, &desired);
+                let patch = conditions_patch(version, &desired);
                 match api
                     .patch_status(&name, &params, &Patch::Merge(&patch))
                     .await
                 {
                     Ok(written) => {
                         tracing::info!(%namespace, %name, conditions = %summary(&desired), "wrote health conditions");
-                        ctx.bookkeeping
-                            .set_known_version(&key, written.resource_version());
+                        remember_write(ctx, &key, written.resource_version(), desired);
                         return Ok(());
                     }
                     Err(e) if status_code(&e) == Some(409) => true,
@@ -325,19 +350,45 @@ async fn write_conditions(
             None => false,
         };
         tracing::debug!(%namespace, %name, conflict, "re-reading the Extension before writing its conditions");
-        match read(api, &namespace, &name).await? {
-            Some(fresh) => extension = fresh,
-            None => return Ok(()),
-        }
-        if skip_reason(&extension).is_some() {
+        let Some(fresh) = read(&api, &namespace, &name).await? else {
+            return Ok(());
+        };
+        if skip_reason(&fresh).is_some() {
             return Ok(());
         }
+        ctx.bookkeeping.set_pending(&key, None);
+        current = base(&fresh, None, Instant::now(), ctx.config.period);
     }
     Err(HealthCheckError::Conflict {
         namespace,
         name,
         attempts: MAX_WRITE_ATTEMPTS,
     })
+}
+
+/// Remembers our write until the cache shows it, unless it already does.
+fn remember_write(
+    ctx: &Context,
+    key: &ObjectRef<Extension>,
+    version: Option<String>,
+    conditions: Vec<Condition>,
+) {
+    let Some(version) = version else {
+        ctx.bookkeeping.set_pending(key, None);
+        return;
+    };
+    let shown = ctx
+        .caches
+        .extensions
+        .store()
+        .get(key)
+        .is_some_and(|cached| cached.metadata.resource_version.as_deref() == Some(&version));
+    let pending = (!shown).then(|| PendingWrite {
+        version,
+        conditions,
+        at: Instant::now(),
+    });
+    ctx.bookkeeping.set_pending(key, pending);
 }
 
 async fn read(
@@ -556,11 +607,39 @@ mod tests {
     }
 
     #[test]
-    fn the_cache_is_stale_only_when_it_differs_from_what_we_know() {
-        assert!(!is_stale(None, Some("1")));
-        assert!(!is_stale(Some("1"), Some("1")));
-        assert!(is_stale(Some("2"), Some("1")));
-        assert!(is_stale(Some("2"), None));
+    fn our_pending_write_stands_in_for_a_cache_that_has_not_shown_it() {
+        let ok = condition("SystemComponentsHealthy", ConditionStatus::True, "ok", 0);
+        let mut cached = extension();
+        cached.metadata.resource_version = Some("5".into());
+        let written = PendingWrite {
+            version: "6".into(),
+            conditions: vec![ok.clone()],
+            at: Instant::now(),
+        };
+        let grace = Duration::from_secs(30);
+        let now = written.at;
+        assert_eq!(
+            base(&cached, Some(&written), now, grace),
+            Base {
+                version: Some("6".into()),
+                conditions: vec![ok.clone()]
+            }
+        );
+        // The cache shows our write (or the grace is over): the cache is the truth.
+        let from_cache = Base {
+            version: Some("5".into()),
+            conditions: vec![],
+        };
+        assert_eq!(
+            base(&cached, Some(&written), now + grace, grace),
+            from_cache
+        );
+        assert_eq!(base(&cached, None, now, grace), from_cache);
+        cached.metadata.resource_version = Some("6".into());
+        assert_eq!(
+            base(&cached, Some(&written), now, grace).version.as_deref(),
+            Some("6")
+        );
     }
 
     struct Sleepy;

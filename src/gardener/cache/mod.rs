@@ -1,6 +1,9 @@
 //! In-memory caches of the resources the controllers read, kept current by watches, so that a
 //! reconcile reads from memory instead of sending a GET or LIST.
 //!
+//! Start-up lists are paged ([`LIST_PAGE_SIZE`]): the peak memory of a start-up is one page,
+//! not one list of every object of the seed.
+//!
 //! Every cache trims what no controller reads (managed fields, large embedded objects) before
 //! it stores an object: a seed holds one Cluster per shoot, and each embeds a CloudProfile that
 //! can be hundreds of kilobytes.
@@ -19,7 +22,15 @@ use serde::de::DeserializeOwned;
 use tokio::sync::broadcast;
 use tokio::task::AbortHandle;
 
-use super::api::{Cluster, ManagedResource, SHOOT_ROLE_LABEL, SHOOT_ROLE_VALUE};
+use super::api::{Cluster, Extension, ManagedResource, SHOOT_ROLE_LABEL, SHOOT_ROLE_VALUE};
+
+mod extensions;
+
+pub use extensions::{ExtensionCache, ExtensionEvent};
+
+/// Objects per page of a start-up list (client-go's default is 500). A page of Clusters
+/// embedding large CloudProfiles is several megabytes before it is trimmed.
+pub const LIST_PAGE_SIZE: u32 = 50;
 
 /// How many change notifications a slow subscriber may fall behind before it is told it lagged
 /// (and should then treat everything as changed).
@@ -160,9 +171,17 @@ pub fn trim_cluster(cluster: &mut Cluster) {
     cluster.spec.seed = None;
 }
 
+/// A watch configuration with the paged start-up list.
+pub fn watch_config() -> watcher::Config {
+    watcher::Config::default().page_size(LIST_PAGE_SIZE)
+}
+
 /// The caches every controller of an extension shares.
 #[derive(Clone)]
 pub struct SharedCaches {
+    /// The Extensions (of every type: each controller filters), for the lifecycle and the
+    /// health-check controller alike.
+    pub extensions: ExtensionCache,
     /// All Clusters (one per shoot), trimmed to the Shoot.
     pub clusters: Cache<Cluster>,
     /// Metadata of the shoot namespaces (`gardener.cloud/role=shoot`). A namespace absent here
@@ -176,21 +195,31 @@ impl SharedCaches {
     /// Starts the watches. `origin` is the value of the `origin` label on this extension's
     /// ManagedResources.
     pub fn spawn(client: &Client, origin: &str) -> SharedCaches {
+        SharedCaches::spawn_in(client, origin, None)
+    }
+
+    /// Like [`SharedCaches::spawn`], with the Extensions of one namespace only (tests, and
+    /// deployments limited to one namespace).
+    pub fn spawn_in(
+        client: &Client,
+        origin: &str,
+        extension_namespace: Option<&str>,
+    ) -> SharedCaches {
+        let extensions: Api<Extension> = match extension_namespace {
+            Some(namespace) => Api::namespaced(client.clone(), namespace),
+            None => Api::all(client.clone()),
+        };
         SharedCaches {
-            clusters: Cache::spawn(
-                Api::all(client.clone()),
-                watcher::Config::default(),
-                trim_cluster,
-            ),
+            extensions: ExtensionCache::spawn(extensions, watch_config()),
+            clusters: Cache::spawn(Api::all(client.clone()), watch_config(), trim_cluster),
             shoot_namespaces: Cache::spawn(
                 Api::all(client.clone()),
-                watcher::Config::default()
-                    .labels(&format!("{SHOOT_ROLE_LABEL}={SHOOT_ROLE_VALUE}")),
+                watch_config().labels(&format!("{SHOOT_ROLE_LABEL}={SHOOT_ROLE_VALUE}")),
                 trim_managed_fields,
             ),
             managed_resources: Cache::spawn(
                 Api::all(client.clone()),
-                watcher::Config::default().labels(&format!("origin={origin}")),
+                watch_config().labels(&format!("origin={origin}")),
                 trim_managed_fields,
             ),
         }
@@ -198,6 +227,7 @@ impl SharedCaches {
 
     /// Waits until every cache holds its first complete list.
     pub async fn wait_until_ready(&self) {
+        self.extensions.wait_until_ready().await;
         self.clusters.wait_until_ready().await;
         self.shoot_namespaces.wait_until_ready().await;
         self.managed_resources.wait_until_ready().await;
