@@ -11,11 +11,11 @@
 //!   when it creates and rotates these secrets.
 //!
 //! At the first use, one paged list per secret name (cluster-wide, by field selector) resolves
-//! every shoot namespace that existed then, so a controller taking over a seed sends two lists
-//! instead of two reads per shoot. Only the secrets of namespaces the caller asks for are
+//! every namespace that holds one of the caller's Extensions then, so a controller taking over
+//! a seed sends two lists instead of two reads per shoot. Only those namespaces' secrets are
 //! kept, and only for [`SNAPSHOT_LIFETIME`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use k8s_openapi::api::core::v1::Secret;
@@ -78,11 +78,11 @@ struct Entry {
     refused: bool,
 }
 
-/// The shoot access secrets of every namespace at one moment.
+/// The shoot access secrets of a set of namespaces at one moment.
 struct Snapshot {
-    /// The start of the list: a namespace whose Cluster is older is covered.
-    taken_at: jiff::Timestamp,
     expires: std::time::Instant,
+    /// The namespaces the lists answer for that have not asked yet.
+    covered: Mutex<HashSet<String>>,
     /// Per namespace, the first secret of [`SHOOT_ACCESS_SECRETS`] it had. Taken out at first
     /// use, so the kubeconfigs are not kept longer than needed.
     secrets: Mutex<HashMap<String, Secret>>,
@@ -112,14 +112,15 @@ impl ShootClients {
 
     /// A client for the shoot of `namespace`, or `None` when the namespace has no shoot access
     /// secret (the shoot's API server cannot be reached from here). `cluster` is the
-    /// namespace's Cluster (its resourceVersion and age decide whether the secret is read);
-    /// `interesting` names the namespaces whose secrets the start-up list keeps.
+    /// namespace's Cluster (a new resourceVersion means the secret is read again);
+    /// `namespaces` names those the start-up list answers for (the caller's Extensions'),
+    /// asked for only once.
     pub async fn client_for(
         &self,
         seed: &Client,
         namespace: &str,
         cluster: Option<&kube::api::ObjectMeta>,
-        interesting: impl Fn(&str) -> bool,
+        namespaces: impl Fn() -> HashSet<String>,
     ) -> Result<Option<ShootClient>, ShootClientError> {
         let cluster_version = cluster.and_then(|c| c.resource_version.clone());
         let known = self.entries().get(namespace).cloned();
@@ -131,10 +132,7 @@ impl ShootClients {
         }
         let snapshot = match known {
             Some(_) => None,
-            None => {
-                self.snapshot_answer(seed, namespace, cluster, interesting)
-                    .await
-            }
+            None => self.snapshot_answer(seed, namespace, namespaces).await,
         };
         let secret = match snapshot {
             Some(found) => found,
@@ -182,19 +180,18 @@ impl ShootClients {
         self.entries().remove(namespace);
     }
 
-    /// The start-up snapshot's answer for the first resolution of `namespace`, if it has
-    /// one: while it lives, for a namespace whose Cluster existed when it was taken.
+    /// The start-up snapshot's answer for the first resolution of `namespace`, if it has one:
+    /// while it lives, for a namespace it covers.
     async fn snapshot_answer(
         &self,
         seed: &Client,
         namespace: &str,
-        cluster: Option<&kube::api::ObjectMeta>,
-        interesting: impl Fn(&str) -> bool,
+        namespaces: impl FnOnce() -> HashSet<String>,
     ) -> Option<Option<Secret>> {
         let snapshot = self
             .snapshot
             .get_or_init(|| async {
-                match take_snapshot(seed, &interesting).await {
+                match take_snapshot(seed, namespaces()).await {
                     Ok(snapshot) => Some(snapshot),
                     Err(e) => {
                         tracing::warn!(error = %e, "Cannot list the shoot access secrets; reading them one by one");
@@ -204,34 +201,29 @@ impl ShootClients {
             })
             .await
             .as_ref()?;
+        let mut covered = snapshot
+            .covered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let mut secrets = snapshot
             .secrets
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         if std::time::Instant::now() >= snapshot.expires {
+            covered.clear();
             secrets.clear();
             return None;
         }
-        if let Some(secret) = secrets.remove(namespace) {
-            return Some(Some(secret));
-        }
-        // Creation times are whole seconds: a Cluster of the same second might be newer.
-        let covered = cluster
-            .and_then(|c| c.creation_timestamp.as_ref())
-            .is_some_and(|created| {
-                created.0.as_second().saturating_add(1) < snapshot.taken_at.as_second()
-            });
-        covered.then_some(None)
+        covered.remove(namespace).then(|| secrets.remove(namespace))
     }
 }
 
-/// The shoot access secrets of the `interesting` namespaces, by namespace (the first name of
+/// The shoot access secrets of `covered`, by namespace (the first name of
 /// [`SHOOT_ACCESS_SECRETS`] that a namespace has).
 async fn take_snapshot(
     seed: &Client,
-    interesting: &impl Fn(&str) -> bool,
+    covered: HashSet<String>,
 ) -> Result<Snapshot, ShootClientError> {
-    let taken_at = jiff::Timestamp::now();
     let expires = std::time::Instant::now() + SNAPSHOT_LIFETIME;
     let api: Api<Secret> = Api::all(seed.clone());
     let mut secrets: HashMap<String, Secret> = HashMap::new();
@@ -249,7 +241,7 @@ async fn take_snapshot(
                     source,
                 })?;
             for secret in page.items {
-                if let Some(namespace) = secret.namespace().filter(|ns| interesting(ns)) {
+                if let Some(namespace) = secret.namespace().filter(|ns| covered.contains(ns)) {
                     secrets.insert(namespace, secret);
                 }
             }
@@ -260,8 +252,8 @@ async fn take_snapshot(
         }
     }
     Ok(Snapshot {
-        taken_at,
         expires,
+        covered: Mutex::new(covered),
         secrets: Mutex::new(secrets),
     })
 }

@@ -9,7 +9,7 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -75,18 +75,15 @@ impl VerifiedNodesCheck {
         shims: &[DesiredShim],
     ) -> CheckResult {
         let shims_key = shims_hash(shims);
-        let interesting = ExtensionNamespaces::new(
-            ctx.caches.extensions.store().clone(),
-            &ctx.extension.spec.type_,
-        );
+        let store = ctx.caches.extensions.store();
+        let extension_type = ctx.extension.spec.type_.as_str();
         let cluster = ctx.cluster.as_ref().map(|c| &c.metadata);
+        let ours = || namespaces_with(store, extension_type);
         // A refused watch is retried once with a client from a freshly read secret.
         for _attempt in 0..2 {
             let client = match self
                 .clients
-                .client_for(&ctx.client, namespace, cluster, |ns| {
-                    interesting.contains(ns)
-                })
+                .client_for(&ctx.client, namespace, cluster, &ours)
                 .await
             {
                 Ok(Some(client)) => client,
@@ -163,34 +160,14 @@ impl VerifiedNodesCheck {
     }
 }
 
-/// The namespaces holding an Extension of one type, computed once when first asked.
-struct ExtensionNamespaces {
-    store: Store<Extension>,
-    extension_type: String,
-    namespaces: OnceLock<HashSet<String>>,
-}
-
-impl ExtensionNamespaces {
-    fn new(store: Store<Extension>, extension_type: &str) -> Self {
-        ExtensionNamespaces {
-            store,
-            extension_type: extension_type.to_string(),
-            namespaces: OnceLock::new(),
-        }
-    }
-
-    fn contains(&self, namespace: &str) -> bool {
-        self.namespaces
-            .get_or_init(|| {
-                self.store
-                    .state()
-                    .iter()
-                    .filter(|e| e.spec.type_ == self.extension_type)
-                    .filter_map(|e| e.namespace())
-                    .collect()
-            })
-            .contains(namespace)
-    }
+/// The namespaces holding an Extension of `extension_type`.
+fn namespaces_with(store: &Store<Extension>, extension_type: &str) -> HashSet<String> {
+    store
+        .state()
+        .iter()
+        .filter(|e| e.spec.type_ == extension_type)
+        .filter_map(|e| e.namespace())
+        .collect()
 }
 
 fn shims_hash(shims: &[DesiredShim]) -> u64 {

@@ -15,4 +15,5 @@ mod harness;
 mod installer_budget;
 mod installer_download;
 mod installer_host;
+mod request_budget;
 mod shim_lifecycle;
