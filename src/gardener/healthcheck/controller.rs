@@ -235,7 +235,12 @@ fn error_policy(extension: Arc<Extension>, error: &HealthCheckError, ctx: Arc<Co
     let key = ObjectRef::from_obj(extension.as_ref());
     let failures = ctx.bookkeeping.record_failure(&key);
     let delay = retry_delay(failures, ctx.config.period);
-    tracing::warn!(extension = %key, %error, failures, retry_in = ?delay, "health check failed");
+    if matches!(error, HealthCheckError::Conflict { .. }) && failures < 3 {
+        // Another writer was a moment faster: routine, not worth a warning.
+        tracing::debug!(extension = %key, %error, retry_in = ?delay, "health check meets a concurrent change");
+    } else {
+        tracing::warn!(extension = %key, %error, failures, retry_in = ?delay, "health check failed");
+    }
     Action::requeue(delay)
 }
 

@@ -22,10 +22,6 @@ use crate::gardener::api::extension::DEFAULT_CLASS;
 use crate::gardener::api::{Condition, Extension, OPERATION_ANNOTATION, OperationType, operation};
 use crate::gardener::cache::SharedCaches;
 
-/// How often a write that meets a concurrent change is re-read and retried within one
-/// reconcile before the reconcile fails (and is retried with backoff).
-const MAX_WRITE_ATTEMPTS: usize = 5;
-
 /// What every reconcile shares.
 pub(crate) struct Context {
     pub client: Client,
@@ -290,9 +286,8 @@ async fn run_check(
 
 /// Writes the conditions `findings` imply, unless they equal the current ones (see [`base`]):
 /// a check that finds what was last written sends nothing. A concurrent change of the
-/// Extension makes the write fail with a conflict; only then is the Extension read, and the
-/// conditions are recomputed from it (the findings stay valid: they do not depend on the
-/// Extension's status).
+/// Extension makes the write fail with a conflict; the check then fails and is retried (after
+/// a second) from the cache, which by then shows the change, instead of reading the Extension.
 async fn write_conditions(
     extension: Arc<Extension>,
     findings: &Findings,
@@ -301,69 +296,56 @@ async fn write_conditions(
     let key = ObjectRef::from_obj(extension.as_ref());
     let namespace = extension.namespace().unwrap_or_default();
     let name = extension.name_any();
-    let api: Api<Extension> = Api::namespaced(ctx.client.clone(), &namespace);
-    let params = PatchParams {
-        field_manager: Some(ctx.config.field_manager.clone()),
-        ..PatchParams::default()
-    };
-    let mut current = base(
+    let current = base(
         &extension,
         ctx.bookkeeping.pending(&key).as_ref(),
         Instant::now(),
         ctx.config.period,
     );
-    for _attempt in 0..MAX_WRITE_ATTEMPTS {
-        let desired = desired_conditions(
-            &current.conditions,
-            findings,
-            ctx.config.condition_types(),
-            now_in_seconds(),
-        );
-        if desired == current.conditions {
-            return Ok(());
-        }
-        let conflict = match &current.version {
-            Some(version) => {
-                let patch = conditions_patch(version, &desired);
-                match api
-                    .patch_status(&name, &params, &Patch::Merge(&patch))
-                    .await
-                {
-                    Ok(written) => {
-                        tracing::info!(%namespace, %name, conditions = %summary(&desired), "wrote health conditions");
-                        remember_write(ctx, &key, written.resource_version(), desired);
-                        return Ok(());
-                    }
-                    Err(e) if status_code(&e) == Some(409) => true,
-                    // Deleted meanwhile: nothing left to report on.
-                    Err(e) if status_code(&e) == Some(404) => return Ok(()),
-                    Err(source) => {
-                        return Err(HealthCheckError::Write {
-                            namespace,
-                            name,
-                            source,
-                        });
-                    }
-                }
-            }
-            // Every object the API server returns has one; never write without the lock.
-            None => false,
-        };
-        tracing::debug!(%namespace, %name, conflict, "re-reading the Extension before writing its conditions");
-        let Some(fresh) = read(&api, &namespace, &name).await? else {
-            return Ok(());
-        };
-        if skip_reason(&fresh).is_some() {
-            return Ok(());
-        }
-        ctx.bookkeeping.set_pending(&key, None);
-        current = base(&fresh, None, Instant::now(), ctx.config.period);
+    let desired = desired_conditions(
+        &current.conditions,
+        findings,
+        ctx.config.condition_types(),
+        now_in_seconds(),
+    );
+    if desired == current.conditions {
+        return Ok(());
     }
-    Err(HealthCheckError::Conflict {
-        namespace,
-        name,
-        attempts: MAX_WRITE_ATTEMPTS,
-    })
+    let conflict = || HealthCheckError::Conflict {
+        namespace: namespace.clone(),
+        name: name.clone(),
+    };
+    // Every object the API server returns has one; never write without the lock.
+    let Some(version) = &current.version else {
+        return Err(conflict());
+    };
+    let api: Api<Extension> = Api::namespaced(ctx.client.clone(), &namespace);
+    let params = PatchParams {
+        field_manager: Some(ctx.config.field_manager.clone()),
+        ..PatchParams::default()
+    };
+    let patch = conditions_patch(version, &desired);
+    match api
+        .patch_status(&name, &params, &Patch::Merge(&patch))
+        .await
+    {
+        Ok(written) => {
+            tracing::info!(%namespace, %name, conditions = %summary(&desired), "wrote health conditions");
+            remember_write(ctx, &key, written.resource_version(), desired);
+            Ok(())
+        }
+        Err(e) if status_code(&e) == Some(409) => {
+            ctx.bookkeeping.set_pending(&key, None);
+            Err(conflict())
+        }
+        // Deleted meanwhile: nothing left to report on.
+        Err(e) if status_code(&e) == Some(404) => Ok(()),
+        Err(source) => Err(HealthCheckError::Write {
+            namespace,
+            name,
+            source,
+        }),
+    }
 }
 
 /// Remembers our write until the cache shows it, unless it already does.
@@ -389,21 +371,6 @@ fn remember_write(
         at: Instant::now(),
     });
     ctx.bookkeeping.set_pending(key, pending);
-}
-
-async fn read(
-    api: &Api<Extension>,
-    namespace: &str,
-    name: &str,
-) -> Result<Option<Arc<Extension>>, HealthCheckError> {
-    api.get_opt(name)
-        .await
-        .map(|found| found.map(Arc::new))
-        .map_err(|source| HealthCheckError::Read {
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-            source,
-        })
 }
 
 fn status_code(error: &kube::Error) -> Option<u16> {

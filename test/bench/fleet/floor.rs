@@ -6,8 +6,12 @@
 //! waiting for the one before: add the finalizer, write `Processing`, create the bundle Secret,
 //! create the ManagedResource, write `Success`. Nothing is read. The bodies are the
 //! controller's own (the same status patches, the same packed bundle), so the requests cost
-//! what the controller's do. The ManagedResources carry a class no gardener-resource-manager
-//! serves: the floor is the API server's work alone, without GRM applying the bundles.
+//! what the controller's do.
+//!
+//! It is measured twice: with ManagedResources of a class no gardener-resource-manager serves
+//! (the API server's work alone), and with ManagedResources gardener-resource-manager applies
+//! as it applies the controller's (the same platform work a real wave causes: GRM's status
+//! writes to the seed, its applies to the shoot API server on the same cores).
 
 use std::time::{Duration, Instant};
 
@@ -28,8 +32,8 @@ use crate::support;
 
 /// The floor's Extension type: no controller handles it.
 const FLOOR_TYPE: &str = "bench-floor";
-/// The class of the floor's ManagedResources: no gardener-resource-manager serves it.
-const FLOOR_CLASS: &str = "bench-floor";
+/// The class of the floor's ManagedResources when GRM must not apply them.
+const UNSERVED_CLASS: &str = "bench-floor";
 const MANAGED_RESOURCE: &str = "extension-containerd-shim";
 const FIELD_MANAGER: &str = "gardener-extension";
 
@@ -38,6 +42,8 @@ const FIELD_MANAGER: &str = "gardener-extension";
 pub struct Floor {
     pub n: usize,
     pub concurrency: usize,
+    /// Whether gardener-resource-manager applied the floor's ManagedResources.
+    pub with_grm: bool,
     /// From the first request of the chains until the last one is answered.
     pub seconds: f64,
     pub requests: usize,
@@ -53,6 +59,7 @@ pub async fn measure(
     n: usize,
     concurrency: usize,
     bundle: &SecretData,
+    with_grm: bool,
 ) -> Floor {
     let names: Vec<String> = (0..n)
         .map(|i| support::unique_name(&format!("bench-floor-{run}-{i}")))
@@ -75,7 +82,7 @@ pub async fn measure(
 
     let started = Instant::now();
     futures::stream::iter(created)
-        .map(|ext| chain(seed.clone(), ext, bundle))
+        .map(|ext| chain(seed.clone(), ext, bundle, with_grm))
         .buffer_unordered(concurrency)
         .collect::<Vec<()>>()
         .await;
@@ -85,6 +92,7 @@ pub async fn measure(
     Floor {
         n,
         concurrency,
+        with_grm,
         seconds,
         requests: 5 * n,
         bundle_bytes: bundle.data().values().map(Vec::len).sum(),
@@ -92,7 +100,7 @@ pub async fn measure(
 }
 
 /// The five requests of one first reconcile, one after the other.
-async fn chain(seed: Client, ext: Extension, bundle: &SecretData) {
+async fn chain(seed: Client, ext: Extension, bundle: &SecretData, with_grm: bool) {
     let ns = ext.namespace().unwrap_or_default();
     let name = ext.name_any();
     let extensions: Api<Extension> = Api::namespaced(seed.clone(), &ns);
@@ -128,7 +136,9 @@ async fn chain(seed: Client, ext: Extension, bundle: &SecretData) {
     let mut mr =
         DesiredManagedResource::for_shoot(FLOOR_TYPE, false, &bundle.secret_name(MANAGED_RESOURCE))
             .new_object(&ns, MANAGED_RESOURCE);
-    mr.spec.class = Some(FLOOR_CLASS.to_string());
+    if !with_grm {
+        mr.spec.class = Some(UNSERVED_CLASS.to_string());
+    }
     Api::<ManagedResource>::namespaced(seed.clone(), &ns)
         .create(&PostParams::default(), &mr)
         .await

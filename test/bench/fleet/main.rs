@@ -24,7 +24,8 @@
 //!
 //! It is a benchmark, not a test: it prints figures and a JSON file and asserts nothing about
 //! time. Run it with `make bench`. Knobs (environment): `FLEET_SIZES`, `FLEET_RESYNC_SECONDS`,
-//! `FLEET_IDLE_AT`, `FLEET_IDLE_SECONDS`, `FLEET_OUT_DIR` (default `.local/bench`).
+//! `FLEET_IDLE_AT`, `FLEET_IDLE_SECONDS`, `FLEET_OUT_DIR` (default `.local/bench`),
+//! `FLEET_EXTRA_ARGS` (more flags for the controller, for experiments).
 
 #[path = "../../support/mod.rs"]
 mod support;
@@ -368,13 +369,17 @@ pub struct Idle {
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct FleetResult {
     pub n: usize,
+    /// The floor with gardener-resource-manager applying the bundles, as in a wave.
     pub floor: Floor,
+    /// The floor of the API server alone.
+    pub floor_api: Floor,
     pub setup_seconds: f64,
     pub ready_seconds: f64,
     /// From the controller's start until gardenlet's check passes for every Extension.
     pub all_succeeded_seconds: f64,
-    /// The first wave divided by the floor.
+    /// The first wave divided by the floor (with GRM), and by the API server's alone.
     pub floor_ratio: f64,
+    pub floor_api_ratio: f64,
     /// Peak RSS over both controller processes, and of the first one alone.
     pub peak_rss_mib: f64,
     pub peak_rss_first_run_mib: f64,
@@ -388,8 +393,12 @@ pub struct FleetResult {
     pub requested_reconcile: Phase,
     pub first_resync: Phase,
     pub noop_resync: Phase,
-    /// The controller's reads per Extension in the first wave (every component, every read).
+    /// The controller's reads of single objects (GET) per Extension in the first wave, every
+    /// component.
     pub first_wave_reads_per_extension: f64,
+    /// Its list and watch requests in the first wave (start-up lists in pages, watches,
+    /// the start-up list of shoot access secrets): once per process, not per Extension.
+    pub first_wave_lists_and_watches: usize,
     pub episode_first: Episodes,
     pub episode_requested: Episodes,
     pub episode_resync: Episodes,
@@ -415,6 +424,13 @@ fn spawn_controller(c: &support::Clusters, system: &str, resync: Duration) -> Re
         format!("--metrics-bind-address=127.0.0.1:{metrics_port}"),
         format!("--resync-period={}s", resync.as_secs()),
     ];
+    let mut args = args;
+    args.extend(
+        std::env::var("FLEET_EXTRA_ARGS")
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(String::from),
+    );
     Replica::spawn_exact("bench-controller", args, health_port, metrics_port)
 }
 
@@ -548,8 +564,12 @@ async fn bench_one(
         ..Default::default()
     };
     eprintln!("N={n}: floor ({n} chains of 5 requests, {CONCURRENCY} at a time)");
-    result.floor = floor::measure(&clients.floor, run, n, CONCURRENCY, bundle).await;
-    eprintln!("N={n}: floor {:.1} s", result.floor.seconds);
+    result.floor_api = floor::measure(&clients.floor, run, n, CONCURRENCY, bundle, false).await;
+    result.floor = floor::measure(&clients.floor, run, n, CONCURRENCY, bundle, true).await;
+    eprintln!(
+        "N={n}: floor {:.1} s with gardener-resource-manager applying, {:.1} s for the API server alone",
+        result.floor.seconds, result.floor_api.seconds
+    );
 
     let system = support::unique_name("bench-extension-system");
     support::create_namespace(&clients.setup, &system, &[]).await;
@@ -585,12 +605,15 @@ async fn bench_one(
     require_running(&mut controller);
     result.all_succeeded_seconds = started.elapsed().as_secs_f64();
     result.floor_ratio = result.all_succeeded_seconds / result.floor.seconds.max(f64::EPSILON);
+    result.floor_api_ratio =
+        result.all_succeeded_seconds / result.floor_api.seconds.max(f64::EPSILON);
     let converged_at = jiff::Timestamp::now();
     let first = proc_stats(pid);
     eprintln!(
-        "N={n}: all Succeeded {:.1} s after start ({:.2}× the floor), CPU {:.2} s, peak RSS {:.1} MiB",
+        "N={n}: all Succeeded {:.1} s after start ({:.2}× the floor, {:.2}× the API server's alone), CPU {:.2} s, peak RSS {:.1} MiB",
         result.all_succeeded_seconds,
         result.floor_ratio,
+        result.floor_api_ratio,
         first.cpu_seconds,
         mib(first.vm_hwm_kib)
     );
@@ -677,11 +700,14 @@ async fn bench_one(
         first.cpu_seconds,
     );
     let first_wave = log.between(started_at, converged_at);
-    let controller_reads = first_wave
-        .iter()
-        .filter(|r| audit::is_controller(&r.actor) && r.is_read())
-        .count();
-    result.first_wave_reads_per_extension = controller_reads as f64 / n as f64;
+    let controller_reads = |verbs: &[&str]| {
+        first_wave
+            .iter()
+            .filter(|r| audit::is_controller(&r.actor) && verbs.contains(&r.verb.as_str()))
+            .count()
+    };
+    result.first_wave_reads_per_extension = controller_reads(&["get"]) as f64 / n as f64;
+    result.first_wave_lists_and_watches = controller_reads(&["list", "watch"]);
     if let Some((from, to, cpu, rss)) = idle_window {
         result.idle = Some(idle(
             &log.between(from, to),
