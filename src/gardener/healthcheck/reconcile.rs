@@ -19,7 +19,9 @@ use super::error::HealthCheckError;
 use super::result::{Aggregate, CheckResult, aggregate};
 use super::verdict::{condition_update, hibernated_update};
 use crate::gardener::api::extension::DEFAULT_CLASS;
-use crate::gardener::api::{Condition, Extension, OPERATION_ANNOTATION, OperationType, operation};
+use crate::gardener::api::{
+    Condition, Extension, OPERATION_ANNOTATION, OperationState, OperationType, operation,
+};
 use crate::gardener::cache::SharedCaches;
 
 /// What every reconcile shares.
@@ -61,6 +63,37 @@ pub(crate) fn skip_reason(extension: &Extension) -> Option<Skip> {
         .is_some_and(|op| op.type_ == OperationType::Migrate);
     (migrate_annotation || migrate_operation).then_some(Skip::Migrating)
 }
+
+/// Whether the lifecycle reconciler is in the middle of an operation on the Extension: it has
+/// never operated on it and gardenlet's request is pending, or it wrote `Processing` less than
+/// `period` ago. Its bundle is being written, so a check now would report a state that is about
+/// to change (at first sight of a new Extension: its ManagedResource is missing). Such an
+/// Extension is checked again shortly, without a request.
+pub(crate) fn operation_in_flight(
+    extension: &Extension,
+    now: jiff::Timestamp,
+    period: Duration,
+) -> bool {
+    let last = extension
+        .status
+        .as_ref()
+        .and_then(|s| s.last_operation.as_ref());
+    match last {
+        None => extension
+            .annotations()
+            .get(OPERATION_ANNOTATION)
+            .is_some_and(|op| op == operation::RECONCILE || op == operation::RESTORE),
+        Some(op) => {
+            op.state == OperationState::Processing
+                && jiff::SignedDuration::try_from(period).is_ok_and(|period| {
+                    now < op.last_update_time.0.saturating_add(period).unwrap_or(now)
+                })
+        }
+    }
+}
+
+/// How soon an Extension whose operation is in flight is looked at again.
+const IN_FLIGHT_RECHECK: Duration = Duration::from_secs(2);
 
 /// What the checks found, before it is merged into an Extension's conditions.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -190,6 +223,11 @@ async fn check_and_write(
         tracing::debug!(%namespace, %name, ?skip, "not checking the Extension");
         ctx.config.release(&namespace);
         return Ok(Action::await_change());
+    }
+
+    if operation_in_flight(&cached, jiff::Timestamp::now(), ctx.config.period) {
+        tracing::debug!(%namespace, %name, "the Extension's operation is in flight; checking later");
+        return Ok(Action::requeue(IN_FLIGHT_RECHECK));
     }
 
     let findings = find_health(&cached, ctx).await?;
@@ -484,6 +522,53 @@ mod tests {
             ..ExtensionStatus::default()
         });
         assert_eq!(skip_reason(&other), None);
+    }
+
+    #[test]
+    fn an_operation_in_flight_postpones_the_check() {
+        let period = Duration::from_secs(30);
+        let now = at(100);
+        let fresh = extension();
+        assert!(
+            !operation_in_flight(&fresh, now, period),
+            "nothing requested"
+        );
+        let mut requested = extension();
+        requested
+            .annotations_mut()
+            .insert(OPERATION_ANNOTATION.into(), "reconcile".into());
+        assert!(operation_in_flight(&requested, now, period));
+
+        let with = |state, second| {
+            let mut e = requested.clone();
+            e.status = Some(ExtensionStatus {
+                last_operation: Some(LastOperation {
+                    last_update_time: Time(at(second)),
+                    ..last_operation(OperationType::Reconcile, state)
+                }),
+                ..ExtensionStatus::default()
+            });
+            e
+        };
+        assert!(operation_in_flight(
+            &with(OperationState::Processing, 90),
+            now,
+            period
+        ));
+        assert!(
+            !operation_in_flight(&with(OperationState::Processing, 60), now, period),
+            "Processing for longer than a period: checked anyway"
+        );
+        assert!(!operation_in_flight(
+            &with(OperationState::Succeeded, 99),
+            now,
+            period
+        ));
+        assert!(!operation_in_flight(
+            &with(OperationState::Error, 99),
+            now,
+            period
+        ));
     }
 
     #[test]

@@ -60,10 +60,10 @@ pub fn targets(results: &[FleetResult], growth: Option<f64>) -> BTreeMap<String,
                 verdict(
                     r.first_wave_reads_per_extension <= 2.0,
                     format!(
-                        "{:.2} GETs, {:.2} in the reconcile episodes; besides {} lists and watches for the whole wave",
+                        "{:.2} in the Extensions' namespaces ({:.2} in the reconcile episodes); besides {} cluster-wide lists, watches and Lease reads for the whole wave",
                         r.first_wave_reads_per_extension,
                         r.episode_first.reads_total_per_extension,
-                        r.first_wave_lists_and_watches
+                        r.first_wave_other_reads
                     ),
                 ),
             );
