@@ -88,7 +88,7 @@ async fn grant(seed: &Client, ns: &str) -> Client {
             rule(
                 "extensions.gardener.cloud",
                 &["extensions"],
-                &["get", "list", "watch", "patch"],
+                &["list", "watch", "patch"],
             ),
             rule(
                 "extensions.gardener.cloud",

@@ -155,7 +155,10 @@ async fn chain(seed: Client, ext: Extension, bundle: &SecretData, with_grm: bool
         .unwrap_or_else(|e| fail("Success", e));
 }
 
-/// Drops the floor's finalizers, deletes its namespaces and waits until they are gone.
+/// Drops the floor's finalizers, deletes its namespaces and waits until they are gone. The
+/// finalizer gardener-resource-manager puts on the ManagedResources is dropped too: it would
+/// delete the bundle's shoot objects one ManagedResource at a time (minutes at N = 2000), and
+/// the fleet's ManagedResources apply the same objects right after anyway.
 async fn remove(seed: &Client, names: &[String]) {
     futures::stream::iter(names.iter().cloned())
         .map(|ns| {
@@ -176,7 +179,53 @@ async fn remove(seed: &Client, names: &[String]) {
         .buffer_unordered(16)
         .collect::<Vec<()>>()
         .await;
+    release_managed_resources(seed, names, FLOOR_TYPE).await;
     wait_gone(seed, names).await;
+}
+
+/// Drops gardener-resource-manager's finalizer from the ManagedResources (label
+/// `origin=<origin>`) in `names` until none is left, so that deleting those namespaces does not
+/// wait for GRM to delete every bundle's shoot objects.
+pub async fn release_managed_resources(seed: &Client, names: &[String], origin: &str) {
+    let wanted: std::collections::HashSet<&str> = names.iter().map(String::as_str).collect();
+    let mrs: Api<ManagedResource> = Api::all(seed.clone());
+    let deadline = Instant::now() + Duration::from_secs(15 * 60);
+    loop {
+        let held: Vec<ManagedResource> = mrs
+            .list(&ListParams::default().labels(&format!("origin={origin}")))
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|mr| wanted.contains(mr.namespace().unwrap_or_default().as_str()))
+            .collect();
+        if held.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} floor ManagedResources are still there after 15 minutes",
+            held.len()
+        );
+        futures::stream::iter(held)
+            .map(|mr| {
+                let api: Api<ManagedResource> =
+                    Api::namespaced(seed.clone(), &mr.namespace().unwrap_or_default());
+                async move {
+                    let _ = api
+                        .patch(
+                            &mr.name_any(),
+                            &PatchParams::default(),
+                            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+                        )
+                        .await;
+                }
+            })
+            .buffer_unordered(16)
+            .collect::<Vec<()>>()
+            .await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
 }
 
 /// Waits until none of `names` is a namespace any more.

@@ -43,7 +43,7 @@ use gardener_extension_containerd_shim::gardener::api::{
     Cluster, Extension, OPERATION_ANNOTATION, TIMESTAMP_ANNOTATION,
 };
 use gardener_extension_containerd_shim::gardener::managed_resource::SecretData;
-use gardener_extension_containerd_shim::shim::actuator::{ActuatorSettings, ShimActuator};
+use gardener_extension_containerd_shim::shim::actuator::{ActuatorSettings, ORIGIN, ShimActuator};
 use gardener_extension_containerd_shim::shim::controllers::{self, ShimOptions};
 use gardener_extension_containerd_shim::user_agent;
 use k8s_openapi::api::core::v1::Namespace;
@@ -806,7 +806,9 @@ fn idle(
         .iter()
         .filter(|(a, _)| !a.contains("(leader-election)") && !a.contains("(heartbeat)"))
         .map(|(_, v)| v)
-        .sum();
+        .sum::<f64>()
+        // An empty sum of floats is -0.0.
+        + 0.0;
     Idle {
         seconds: span.as_secs_f64(),
         cpu_seconds: cpu,
@@ -878,6 +880,7 @@ async fn cleanup(seed: &Client, names: &[String], system: &str) {
     let _ = Api::<Namespace>::all(seed.clone())
         .delete(system, &DeleteParams::default())
         .await;
+    floor::release_managed_resources(seed, names, ORIGIN).await;
     floor::wait_gone(seed, names).await;
     eprintln!("cleaned up in {:.1} s", started.elapsed().as_secs_f64());
 }
