@@ -100,7 +100,12 @@ pub fn add_controllers(
     let (catalog, images) = load_catalog_and_images(&options.shim)?;
     // One set of caches (one watch per kind) for both controllers; started on every replica so
     // stand-bys are Ready.
-    let caches = SharedCaches::spawn(&manager.client_for(CACHE_COMPONENT), ORIGIN);
+    let caches = SharedCaches::spawn_in(
+        &manager.client_for(CACHE_COMPONENT),
+        ORIGIN,
+        Some(EXTENSION_TYPE),
+        None,
+    );
     let caches_synced = manager.readiness().register("shared-caches");
     {
         let caches = caches.clone();

@@ -235,7 +235,7 @@ async fn a_reconcile_reads_two_objects_and_a_steady_health_check_sends_nothing()
         controller::config("containerd-shim", &ns),
     )
     .await;
-    let caches = SharedCaches::spawn_in(&client, ORIGIN, Some(&ns));
+    let caches = SharedCaches::spawn_in(&client, ORIGIN, Some("containerd-shim"), Some(&ns));
     caches.wait_until_ready().await;
     let mut config = HealthCheckConfig::new("containerd-shim").register(
         CONDITION,

@@ -3,7 +3,8 @@
 //! the object had before, so that each applies its own event filter.
 //!
 //! One watch instead of one per controller halves the objects held in memory, the start-up
-//! lists and the watch traffic.
+//! lists and the watch traffic. A seed holds the Extensions of every extension type (no server
+//! side filter can select `spec.type`); only those of the configured type are kept.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -49,8 +50,13 @@ pub struct ExtensionCache {
 
 impl ExtensionCache {
     /// Starts the watch (kube's default backoff on errors) in a task that lives as long as any
-    /// clone of the cache.
-    pub fn spawn(api: Api<Extension>, config: watcher::Config) -> ExtensionCache {
+    /// clone of the cache. With `extension_type`, Extensions of other types are dropped as they
+    /// arrive.
+    pub fn spawn(
+        api: Api<Extension>,
+        config: watcher::Config,
+        extension_type: Option<String>,
+    ) -> ExtensionCache {
         let (store, mut writer) = reflector::store::<Extension>();
         let (ready_tx, ready) = tokio::sync::watch::channel(false);
         let subscribers: Arc<Mutex<Vec<mpsc::Sender<ExtensionEvent>>>> = Arc::default();
@@ -68,6 +74,9 @@ impl ExtensionCache {
                             tracing::warn!(error = %e, "Extension watch failed; retrying with backoff");
                             continue;
                         }
+                    };
+                    let Some(event) = keep(event, extension_type.as_deref(), &store) else {
+                        continue;
                     };
                     let old = match &event {
                         Event::Apply(obj) | Event::InitApply(obj) | Event::Delete(obj) => {
@@ -136,6 +145,29 @@ impl ExtensionCache {
     }
 }
 
+/// The event as the cache sees it when only `extension_type` is kept: another type's object is
+/// dropped, or deleted from the store if it is there (its type changed).
+fn keep(
+    event: Event<Extension>,
+    extension_type: Option<&str>,
+    store: &Store<Extension>,
+) -> Option<Event<Extension>> {
+    let Some(wanted) = extension_type else {
+        return Some(event);
+    };
+    match event {
+        Event::Apply(obj) | Event::InitApply(obj) | Event::Delete(obj)
+            if obj.spec.type_ != wanted =>
+        {
+            store
+                .get(&ObjectRef::from_obj(&obj))
+                .is_some()
+                .then_some(Event::Delete(obj))
+        }
+        other => Some(other),
+    }
+}
+
 /// Sends `change` to every subscriber, in subscription order, and forgets those that are gone.
 async fn publish(subscribers: &Mutex<Vec<mpsc::Sender<ExtensionEvent>>>, change: ExtensionEvent) {
     let current: Vec<_> = subscribers
@@ -160,6 +192,44 @@ async fn publish(subscribers: &Mutex<Vec<mpsc::Sender<ExtensionEvent>>>, change:
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gardener::api::ExtensionSpec;
+
+    fn ext(name: &str, type_: &str) -> Extension {
+        let mut e = Extension::new(
+            name,
+            ExtensionSpec {
+                type_: type_.into(),
+                class: None,
+                provider_config: None,
+                provider_config_error: None,
+            },
+        );
+        e.metadata.namespace = Some("ns".into());
+        e
+    }
+
+    #[test]
+    fn only_the_configured_type_is_kept() {
+        let (store, mut writer) = reflector::store::<Extension>();
+        let ours = Some("containerd-shim");
+        assert!(keep(Event::Apply(ext("a", "other")), ours, &store).is_none());
+        assert!(keep(Event::InitApply(ext("a", "other")), ours, &store).is_none());
+        assert!(keep(Event::Delete(ext("a", "other")), ours, &store).is_none());
+        assert!(matches!(
+            keep(Event::Apply(ext("b", "containerd-shim")), ours, &store),
+            Some(Event::Apply(_))
+        ));
+        assert!(matches!(
+            keep(Event::Apply(ext("b", "other")), None, &store),
+            Some(Event::Apply(_))
+        ));
+        // Held as ours, now of another type: removed from the store.
+        writer.apply_watcher_event(&Event::Apply(ext("c", "containerd-shim")));
+        assert!(matches!(
+            keep(Event::Apply(ext("c", "other")), ours, &store),
+            Some(Event::Delete(_))
+        ));
+    }
 
     #[tokio::test]
     async fn every_subscriber_gets_every_change_and_closed_ones_are_dropped() {

@@ -164,11 +164,36 @@ pub fn trim_managed_fields<K: Resource>(obj: &mut K) {
     obj.meta_mut().managed_fields = None;
 }
 
-/// Keeps only the Shoot of a Cluster: extensions never read the embedded CloudProfile or Seed.
+/// Keeps of a shoot namespace only what says it is one: its name and the role label.
+pub fn trim_namespace(namespace: &mut PartialObjectMeta<Namespace>) {
+    let role = namespace
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(SHOOT_ROLE_LABEL))
+        .cloned();
+    namespace.metadata = kube::api::ObjectMeta {
+        name: namespace.metadata.name.take(),
+        resource_version: namespace.metadata.resource_version.take(),
+        labels: role.map(|r| [(SHOOT_ROLE_LABEL.to_string(), r)].into()),
+        ..Default::default()
+    };
+}
+
+/// Keeps only the Shoot of a Cluster, and of the Shoot only the fields of its typed view
+/// ([`crate::gardener::api::Shoot`]): extensions never read the embedded CloudProfile or Seed,
+/// and a whole Shoot (tens of kilobytes of JSON, several times that as a tree of values) per
+/// shoot of the seed would be most of the process's memory. A Shoot that does not decode is
+/// kept as it is, so that its error is reported where it is read.
 pub fn trim_cluster(cluster: &mut Cluster) {
     trim_managed_fields(cluster);
     cluster.spec.cloud_profile = serde_json::Value::Null;
     cluster.spec.seed = None;
+    if let Ok(Some(shoot)) = cluster.shoot()
+        && let Ok(view) = serde_json::to_value(shoot)
+    {
+        cluster.spec.shoot = view;
+    }
 }
 
 /// A watch configuration with the paged start-up list.
@@ -193,16 +218,18 @@ pub struct SharedCaches {
 
 impl SharedCaches {
     /// Starts the watches. `origin` is the value of the `origin` label on this extension's
-    /// ManagedResources.
+    /// ManagedResources; the Extension cache holds every type.
     pub fn spawn(client: &Client, origin: &str) -> SharedCaches {
-        SharedCaches::spawn_in(client, origin, None)
+        SharedCaches::spawn_in(client, origin, None, None)
     }
 
-    /// Like [`SharedCaches::spawn`], with the Extensions of one namespace only (tests, and
-    /// deployments limited to one namespace).
+    /// Like [`SharedCaches::spawn`], with the Extensions of one type only (what an extension's
+    /// controllers read), and of one namespace only (tests, deployments limited to one
+    /// namespace).
     pub fn spawn_in(
         client: &Client,
         origin: &str,
+        extension_type: Option<&str>,
         extension_namespace: Option<&str>,
     ) -> SharedCaches {
         let extensions: Api<Extension> = match extension_namespace {
@@ -210,12 +237,16 @@ impl SharedCaches {
             None => Api::all(client.clone()),
         };
         SharedCaches {
-            extensions: ExtensionCache::spawn(extensions, watch_config()),
+            extensions: ExtensionCache::spawn(
+                extensions,
+                watch_config(),
+                extension_type.map(String::from),
+            ),
             clusters: Cache::spawn(Api::all(client.clone()), watch_config(), trim_cluster),
             shoot_namespaces: Cache::spawn(
                 Api::all(client.clone()),
                 watch_config().labels(&format!("{SHOOT_ROLE_LABEL}={SHOOT_ROLE_VALUE}")),
-                trim_managed_fields,
+                trim_namespace,
             ),
             managed_resources: Cache::spawn(
                 Api::all(client.clone()),
@@ -253,5 +284,53 @@ impl SharedCaches {
         self.managed_resources
             .store()
             .get(&ObjectRef::new(name).within(namespace))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gardener::api::ClusterSpec;
+
+    #[test]
+    fn a_trimmed_cluster_keeps_exactly_the_typed_shoot() {
+        let shoot = serde_json::json!({
+            "apiVersion": "core.gardener.cloud/v1beta1",
+            "kind": "Shoot",
+            "metadata": {"name": "s", "namespace": "garden-p", "uid": "u", "labels": {"a": "b"}},
+            "spec": {
+                "hibernation": {"enabled": true},
+                "kubernetes": {"version": "1.33.2", "kubeAPIServer": {"x": 1}},
+                "provider": {"type": "local", "workers": [{"name": "a", "maximum": 3}]},
+                "networking": {"type": "calico"}
+            },
+            "status": {"isHibernated": true, "technicalID": "shoot--p--s", "conditions": [{}],
+                       "lastOperation": {"type": "Reconcile", "state": "Failed", "progress": 10,
+                                         "description": "d", "lastUpdateTime": "2026-01-01T00:00:00Z"}}
+        });
+        let mut cluster = Cluster::new(
+            "shoot--p--s",
+            ClusterSpec {
+                cloud_profile: serde_json::json!({"kind": "CloudProfile"}),
+                seed: Some(serde_json::json!({"kind": "Seed"})),
+                shoot,
+            },
+        );
+        let before = cluster.shoot().expect("decodes");
+        trim_cluster(&mut cluster);
+        assert_eq!(cluster.shoot().expect("decodes"), before);
+        assert!(cluster.spec.shoot["spec"].get("networking").is_none());
+        assert!(cluster.spec.shoot["status"].get("conditions").is_none());
+        assert!(cluster.spec.cloud_profile.is_null() && cluster.spec.seed.is_none());
+
+        let mut broken = Cluster::new(
+            "x",
+            ClusterSpec {
+                shoot: serde_json::json!({"spec": {"provider": {"workers": "nope"}}}),
+                ..ClusterSpec::default()
+            },
+        );
+        trim_cluster(&mut broken);
+        assert!(broken.shoot().is_err(), "the error stays to be reported");
     }
 }
