@@ -180,20 +180,12 @@ pub fn trim_namespace(namespace: &mut PartialObjectMeta<Namespace>) {
     };
 }
 
-/// Keeps only the Shoot of a Cluster, and of the Shoot only the fields of its typed view
-/// ([`crate::gardener::api::Shoot`]): extensions never read the embedded CloudProfile or Seed,
-/// and a whole Shoot (tens of kilobytes of JSON, several times that as a tree of values) per
-/// shoot of the seed would be most of the process's memory. A Shoot that does not decode is
-/// kept as it is, so that its error is reported where it is read.
+/// Keeps only the decoded Shoot of a Cluster ([`Cluster::keep_only_shoot_view`]): extensions
+/// never read the embedded CloudProfile or Seed, and a whole Shoot per shoot of the seed would
+/// be most of the process's memory.
 pub fn trim_cluster(cluster: &mut Cluster) {
     trim_managed_fields(cluster);
-    cluster.spec.cloud_profile = serde_json::Value::Null;
-    cluster.spec.seed = None;
-    if let Ok(Some(shoot)) = cluster.shoot()
-        && let Ok(view) = serde_json::to_value(shoot)
-    {
-        cluster.spec.shoot = view;
-    }
+    cluster.keep_only_shoot_view();
 }
 
 /// A watch configuration with the paged start-up list.
@@ -293,7 +285,7 @@ mod tests {
     use crate::gardener::api::ClusterSpec;
 
     #[test]
-    fn a_trimmed_cluster_keeps_exactly_the_typed_shoot() {
+    fn a_trimmed_cluster_keeps_only_the_typed_shoot() {
         let shoot = serde_json::json!({
             "apiVersion": "core.gardener.cloud/v1beta1",
             "kind": "Shoot",
@@ -314,13 +306,13 @@ mod tests {
                 cloud_profile: serde_json::json!({"kind": "CloudProfile"}),
                 seed: Some(serde_json::json!({"kind": "Seed"})),
                 shoot,
+                shoot_view: None,
             },
         );
         let before = cluster.shoot().expect("decodes");
         trim_cluster(&mut cluster);
         assert_eq!(cluster.shoot().expect("decodes"), before);
-        assert!(cluster.spec.shoot["spec"].get("networking").is_none());
-        assert!(cluster.spec.shoot["status"].get("conditions").is_none());
+        assert!(cluster.spec.shoot.is_null(), "only the typed view is kept");
         assert!(cluster.spec.cloud_profile.is_null() && cluster.spec.seed.is_none());
 
         let mut broken = Cluster::new(
@@ -332,5 +324,8 @@ mod tests {
         );
         trim_cluster(&mut broken);
         assert!(broken.shoot().is_err(), "the error stays to be reported");
+        let mut empty = Cluster::new("y", ClusterSpec::default());
+        trim_cluster(&mut empty);
+        assert_eq!(empty.shoot().expect("no Shoot"), None);
     }
 }
