@@ -122,7 +122,10 @@ impl Observed {
             .lease_duration_seconds
             .and_then(|s| u64::try_from(s).ok())
             .map_or(default_duration, Duration::from_secs);
-        now >= self.changed_at + duration
+        // A duration too large to add (a hand-written Lease) never expires.
+        self.changed_at
+            .checked_add(duration)
+            .is_some_and(|end| now >= end)
     }
 }
 
