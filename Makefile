@@ -3,10 +3,13 @@ SHELL := /usr/bin/env bash
 
 .PHONY: local test tools tools-modules control-plane check generate bench fuzz images chart clean
 
-## local: the playground: control plane + the example Extension reconciled by the controller (Ctrl-C stops all).
+## local: the playground: control plane, two real nodes, the controller installing crun on them and a pod under it (Ctrl-C stops all).
 local: tools
+	@echo "make local: the first run builds the control-plane components, containerd, the nodes' root file system and the images (tens of minutes on two cores, cached afterwards); later runs start in about a minute."
 	cargo build --locked --bin gardener-extension-containerd-shim
-	hack/control-plane.sh run --dir "$(CURDIR)/.local/playground" -- hack/local.sh
+	hack/nodes/images.sh "$(CURDIR)/.local/images"
+	hack/control-plane.sh run --dir "$(CURDIR)/.local/playground" \
+	  --nodes containerd1,containerd2 --node-images "$(CURDIR)/.local/images" -- hack/local.sh
 
 ## test: build what is missing and run every check and test (what CI runs).
 test:

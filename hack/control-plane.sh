@@ -89,7 +89,8 @@ free_port() {
 start() {
   local name="$1"
   shift
-  "$@" >"$dir/logs/$name.log" 2>&1 &
+  # fd 9 is the machine-wide nodes lock: it belongs to this script, not to what it starts.
+  "$@" 9>&- >"$dir/logs/$name.log" 2>&1 &
   local pid=$!
   echo "$name $pid" >>"$dir/pids"
   log "started $name (pid $pid, log $dir/logs/$name.log)"
@@ -110,6 +111,8 @@ stop_pid() { # name pid
 }
 
 stop_all() {
+  # Clean-up must go on past any failure.
+  set +e
   [[ -f "$dir/pids" ]] || return 0
   rm -f "$dir/env"
   # Reverse start order: clients first, etcd last.
@@ -127,11 +130,11 @@ stop_all() {
 
 # wait_for <what> <deadline seconds> <command...>: poll until the command succeeds.
 wait_for() {
-  local what="$1" deadline=$((SECONDS + $2))
+  local what="$1" timeout="$2" deadline=$((SECONDS + $2))
   shift 2
   until "$@" >/dev/null 2>&1; do
     if ((SECONDS >= deadline)); then
-      die "$what not ready after $2 s; see the logs in $dir/logs"
+      die "$what not ready after $timeout s; see the logs in $dir/logs"
     fi
     check_alive
     sleep 0.5
@@ -294,8 +297,11 @@ server:
     bindAddress: 127.0.0.1
     port: $(free_port)
 controllers:
+  # As in a shoot: immutable, content-named ConfigMaps (the installer's desired sets) dropped
+  # from a bundle stay until no workload refers to them, then this collector deletes them.
   garbageCollector:
-    enabled: false
+    enabled: true
+    syncPeriod: 15s
   health:
     concurrentSyncs: 5
     syncPeriod: 15s
@@ -345,6 +351,8 @@ CONFIG
 }
 
 write_env() {
+  local names=() i
+  for ((i = 1; i <= NODE_COUNT; i++)); do names+=("$(node_name "$i")"); done
   cat >"$dir/env.partial" <<ENV
 CONTROL_PLANE_DIR=$dir
 SEED_KUBECONFIG=$dir/seed-admin.kubeconfig
@@ -353,7 +361,7 @@ SEED_CONTROLLER_KUBECONFIG=$dir/seed-controller.kubeconfig
 SEED_AUDIT_LOG=$dir/logs/seed-audit.log
 SEED_APISERVER_PORT=$SEED_PORT
 SHOOT_APISERVER_PORT=$SHOOT_PORT
-NODES=$(for ((i = 1; i <= NODE_COUNT; i++)); do printf '%s ' "$(node_name "$i")"; done)
+NODES=$(IFS=,; echo "${names[*]}")
 NODE_POOL=$NODE_POOL
 NODE_IMAGES=$NODE_IMAGES
 ENV

@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# The local playground behind `make local`. Runs inside the embedded control plane:
+# The local playground behind `make local`. Runs inside the embedded control plane with real
+# nodes (see the Makefile):
 #
-#   hack/control-plane.sh run --dir .local/playground -- hack/local.sh
+#   hack/control-plane.sh run --dir .local/playground --nodes containerd1,containerd2 \
+#     --node-images .local/images -- hack/local.sh
 #
 # It grants the controller's seed identity (user containerd-shim-controller) exactly the
-# chart's RBAC, applies the example Cluster and Extension (example/cluster.yaml,
-# example/extension.yaml) in the shoot namespace shoot--local--local, runs the controller binary
-# with that identity, shows progress until gardenlet would accept the Extension (Succeeded) and
-# the RuntimeClasses exist in the shoot, prints how to look around, and keeps running. Ctrl-C
-# stops the controller; hack/control-plane.sh then stops the control plane.
+# chart's RBAC, applies the example Cluster (example/cluster.yaml) and the playground's Extension
+# (hack/local-extension.yaml: shims whose payload images are on the nodes) in the shoot
+# namespace shoot--local--local with gardenlet's shoot-access secret, runs the controller binary
+# with that identity and the nodes' images (IMAGEVECTOR_OVERWRITE), shows progress until
+# gardenlet would accept the Extension, the RuntimeClasses exist and every node is verified,
+# runs a pod under an installed RuntimeClass, prints how to look around, and keeps running.
+# Ctrl-C stops the controller; hack/control-plane.sh then stops the nodes and the control
+# plane.
 #
 # CONTROLLER_BIN overrides the controller binary (default: the debug build of this checkout).
 set -euo pipefail
@@ -90,17 +95,25 @@ for check in "list extensions.extensions.gardener.cloud --all-namespaces" \
 done
 
 # --- 2. the example shoot namespace, Cluster and Extension -------------------------------------
-log "applying the shoot namespace $shoot_ns, example/cluster.yaml and example/extension.yaml"
+extension_file=hack/local-extension.yaml
+log "applying the shoot namespace $shoot_ns, example/cluster.yaml and $extension_file"
 kseed create namespace "$shoot_ns" --dry-run=client -o yaml | kseed apply -f - >/dev/null
 kseed label namespace "$shoot_ns" gardener.cloud/role=shoot --overwrite >/dev/null
 kseed apply -f example/cluster.yaml >/dev/null
-kseed apply -f example/extension.yaml >/dev/null
+# gardenlet's shoot-access secret: the health check counts verified nodes through it.
+kseed -n "$shoot_ns" create secret generic gardener --from-file=kubeconfig="$SHOOT_KUBECONFIG" \
+  --dry-run=client -o yaml | kseed apply -f - >/dev/null
+kseed apply -f "$extension_file" >/dev/null
 
 # --- 3. the controller --------------------------------------------------------------------------
 health_port="$(free_port)"
 metrics_port="$(free_port)"
 log "starting the controller as $controller_user (log $controller_log)"
+[[ -n "${NODE_IMAGES:-}" && -f "$NODE_IMAGES/images-overwrite.yaml" ]] \
+  || die "the control plane has no node images: run me through 'make local'"
 env -u KUBECONFIG -u LEADER_ELECTION_NAMESPACE -u HEARTBEAT_NAMESPACE POD_NAME=local-playground \
+  IMAGEVECTOR_OVERWRITE="$NODE_IMAGES/images-overwrite.yaml" \
+  SHIM_CATALOG_OVERLAY="$NODE_IMAGES/catalog-overlay.yaml" \
   "$bin" run \
   --kubeconfig="$SEED_CONTROLLER_KUBECONFIG" \
   --leader-election-namespace="$release_ns" \
@@ -145,7 +158,7 @@ sys.exit(0 if ready else 1)
 '
 }
 
-expected_classes="$(bin_out="$("$bin" render -f example/extension.yaml --cluster example/cluster.yaml)" \
+expected_classes="$(bin_out="$("$bin" render -f "$extension_file" --cluster example/cluster.yaml)" \
   && printf '%s\n' "$bin_out" | python3 -c '
 import sys
 docs = sys.stdin.read().split("\n---")
@@ -185,8 +198,67 @@ while true; do
   sleep 1
 done
 
-log "SUCCESS: Extension $shoot_ns/containerd-shim is Succeeded and the shoot has the RuntimeClasses $expected_classes"
+log "Extension $shoot_ns/containerd-shim is Succeeded and the shoot has the RuntimeClasses $expected_classes"
+
+# --- 5. every node verified, and a pod under an installed RuntimeClass -------------------------
+# The installers label a node only after containerd there started a pod sandbox with the
+# handler; the DaemonSet rolls out node by node.
+demo_class="$(tr ' ' '\n' <<<"$expected_classes" | head -n 1)"
+demo_handler="$(kshoot get runtimeclass "$demo_class" -o jsonpath='{.handler}')"
+IFS=, read -r -a nodes <<<"$NODES"
+log "waiting for the installers to verify $demo_handler on ${nodes[*]} (each restarts containerd once, one node at a time)"
+deadline=$((SECONDS + 600))
+last=""
+while true; do
+  controller_alive
+  labelled="$(kshoot get nodes -l "containerd-shim.extensions.gardener.cloud/$demo_handler=ready" -o name 2>/dev/null | wc -l)"
+  pods="$(kshoot -n kube-system get pods -l app.kubernetes.io/name=containerd-shim-installer \
+    -o jsonpath='{range .items[*]}{.spec.nodeName}={.status.phase}{" "}{end}' 2>/dev/null || true)"
+  current="nodes verified for $demo_handler: $labelled/${#nodes[@]} | installer pods: ${pods:-none yet}"
+  if [[ "$current" != "$last" ]]; then
+    log "$current"
+    last="$current"
+  fi
+  ((labelled == ${#nodes[@]})) && break
+  ((SECONDS < deadline)) || die "the nodes are not verified after 600 s; see the installer pods' logs: $KUBECTL_BIN --kubeconfig $SHOOT_KUBECONFIG -n kube-system logs -l app.kubernetes.io/name=containerd-shim-installer"
+  sleep 2
+done
+
+demo_pod="hello-$demo_class"
+workload_image="$(sed -n 's/^WORKLOAD_IMAGE=//p' "$NODE_IMAGES/images.env")"
+log "running pod default/$demo_pod with runtimeClassName: $demo_class"
+kshoot delete pod "$demo_pod" --ignore-not-found --wait=true >/dev/null
+kshoot apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata:
+  name: $demo_pod
+  namespace: default
+spec:
+  runtimeClassName: $demo_class
+  automountServiceAccountToken: false
+  containers:
+    - name: hello
+      image: $workload_image
+      command: ["sh", "-c", "echo hello from a pod under the $demo_class RuntimeClass on \$(hostname); sleep 86400"]
+YAML
+kshoot wait --for=condition=Ready "pod/$demo_pod" --timeout=180s >/dev/null \
+  || die "pod $demo_pod did not start; $KUBECTL_BIN --kubeconfig $SHOOT_KUBECONFIG describe pod $demo_pod"
+demo_node="$(kshoot get pod "$demo_pod" -o jsonpath='{.spec.nodeName}')"
+demo_container="$(kshoot get pod "$demo_pod" -o jsonpath='{.status.containerStatuses[0].containerID}')"
+log "SUCCESS: pod default/$demo_pod runs under RuntimeClass $demo_class on node $demo_node (container ${demo_container#*://})"
 cat >&2 <<EOF
+
+Which runtime runs the container (the node's own state, entered with nsenter):
+
+  # crun lists the container; runc does not
+  hack/control-plane.sh node-exec --dir $CONTROL_PLANE_DIR $demo_node -- \\
+    /var/lib/containerd-shim-installer/current/$demo_class/bin/crun --root /run/containerd/runc/k8s.io list
+  hack/control-plane.sh node-exec --dir $CONTROL_PLANE_DIR $demo_node -- runc --root /run/containerd/runc/k8s.io list
+  # what the installer changed in containerd's configuration, and containerd's restarts
+  hack/control-plane.sh node-exec --dir $CONTROL_PLANE_DIR $demo_node -- crictl info
+  hack/control-plane.sh node-exec --dir $CONTROL_PLANE_DIR $demo_node -- journalctl -u containerd -g Started
+  $KUBECTL_BIN --kubeconfig $SHOOT_KUBECONFIG logs $demo_pod
 
 Look around (the controller keeps reconciling; its log is $controller_log):
 
@@ -197,7 +269,8 @@ Look around (the controller keeps reconciling; its log is $controller_log):
 
   # shoot: what gardener-resource-manager applied
   $KUBECTL_BIN --kubeconfig $SHOOT_KUBECONFIG get runtimeclasses
-  $KUBECTL_BIN --kubeconfig $SHOOT_KUBECONFIG -n kube-system get daemonset,configmap containerd-shim-installer
+  $KUBECTL_BIN --kubeconfig $SHOOT_KUBECONFIG get nodes --show-labels
+  $KUBECTL_BIN --kubeconfig $SHOOT_KUBECONFIG -n kube-system get daemonset,pods,configmaps -l app.kubernetes.io/name=containerd-shim-installer
 
   # change the configuration, then ask for a reconcile as gardenlet does
   $KUBECTL_BIN --kubeconfig $SEED_KUBECONFIG -n $shoot_ns edit extension containerd-shim
@@ -207,10 +280,10 @@ Look around (the controller keeps reconciling; its log is $controller_log):
   curl -s http://127.0.0.1:$health_port/readyz
   curl -s http://127.0.0.1:$metrics_port/metrics | grep gardener_extension_operations_total
 
-Press Ctrl-C to stop the controller and the control plane.
+Press Ctrl-C to stop the controller, the nodes and the control plane.
 EOF
 
-# --- 5. keep running ------------------------------------------------------------------------------
+# --- 6. keep running ------------------------------------------------------------------------------
 while true; do
   controller_alive
   sleep 2

@@ -2,7 +2,8 @@
 # `make test`: everything on a fresh machine. Builds the tools that are missing, checks
 # formatting and lints, runs the unit tests, then the integration tests with the embedded
 # control plane up, then the end-to-end tests of the controller binary on a second, fresh
-# control plane (the binary reconciles every Extension it can see).
+# control plane (the binary reconciles every Extension it can see), then the tests on real
+# nodes on a third one that has two nodes.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -34,3 +35,9 @@ hack/control-plane.sh run --dir "$repo/.local/test-control-plane" -- \
 step "end-to-end tests of the controller binary (a fresh control plane)"
 hack/control-plane.sh run --dir "$repo/.local/e2e-control-plane" -- \
   cargo test --locked --test e2e -- --test-threads=1
+
+step "tests on real nodes (a control plane with a containerd 1.x and a containerd 2.x node)"
+hack/nodes/images.sh "$repo/.local/images"
+hack/control-plane.sh run --dir "$repo/.local/nodes-control-plane" \
+  --nodes containerd1,containerd2 --node-images "$repo/.local/images" -- \
+  cargo test --locked --test nodes -- --test-threads=1

@@ -19,12 +19,30 @@ pub const SCHEMA: u32 = 1;
 /// ConfigMap key (and file name in the installer's mount) that holds the serialised set.
 pub const CONFIG_MAP_KEY: &str = "desired-shims.json";
 
+/// Environment variable of the installer container: the sha256 of the desired set its pod
+/// template was rendered with. The installer refuses a mounted set with another digest, so a
+/// change reaches a node only through the DaemonSet rollout that replaces the node's pod.
+pub const DESIRED_SHA256_ENV: &str = "DESIRED_SHIMS_SHA256";
+
 /// Label prefix of the per-handler readiness label the installer sets on verified nodes and
 /// that each RuntimeClass selects on: `containerd-shim.extensions.gardener.cloud/<handler>=ready`.
 pub const READY_LABEL_PREFIX: &str = "containerd-shim.extensions.gardener.cloud/";
 
 /// Value of the readiness label.
 pub const READY_LABEL_VALUE: &str = "ready";
+
+/// Annotation on a Node where installing failed: a JSON object from shim name to what went
+/// wrong (`*` for the node as a whole). The installer sets it after every run that fails and
+/// removes it once the node converges; the extension's health check reports it, so a shoot
+/// owner sees which shim failed on which node without node access.
+pub const FAILURES_ANNOTATION: &str = "containerd-shim.extensions.gardener.cloud/failures";
+
+/// The key of [`FAILURES_ANNOTATION`] for a failure that is not one shim's.
+pub const NODE_FAILURE: &str = "*";
+
+/// Failure messages in the annotation are cut to this many characters (a node object is not
+/// a log).
+pub const FAILURE_MESSAGE_MAX: usize = 400;
 
 /// The readiness label key for a handler.
 pub fn ready_label(handler: &str) -> String {
@@ -239,6 +257,20 @@ impl DesiredShims {
             mode: Mode::Uninstall,
             shims: Vec::new(),
             rollout,
+        }
+    }
+
+    /// The set as the nodes of one worker pool need it: the shims whose pools include it (or
+    /// that name no pool). The installer still applies each shim's node selector.
+    pub fn for_pool(&self, pool: &str) -> DesiredShims {
+        DesiredShims {
+            shims: self
+                .shims
+                .iter()
+                .filter(|s| s.worker_pools.is_empty() || s.worker_pools.iter().any(|p| p == pool))
+                .cloned()
+                .collect(),
+            ..self.clone()
         }
     }
 

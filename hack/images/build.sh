@@ -9,6 +9,9 @@
 # CONTROLLER_REPOSITORY, INSTALLER_REPOSITORY and IMAGE_TAG override them. With PLATFORMS
 # (e.g. linux/amd64,linux/arm64) the build uses `docker buildx` for every platform and needs
 # --push (a multi-platform image cannot be loaded into the local engine).
+#
+# The payload images of the built-in catalog's shims are built by hack/images/payloads/build.sh
+# (see hack/images/payloads/README.md).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$repo"

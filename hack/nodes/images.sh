@@ -7,14 +7,18 @@
 #                   (a debug build here: the tests want its line numbers, not its size)
 #   pause.tar       the pod sandbox image (busybox waiting for a signal)
 #   workload.tar    a test workload: Debian's busybox with all its applets
-#   payload-crun.tar  the crun payload: Debian's crun at /payload/crun
+#   payload-crun.tar  the crun payload: crun (built from Debian's source) at /payload/crun
+#   payload-broken.tar  shim binaries that cannot run here (for tests of a failing rollout)
+#   payload-wasmtime.tar, wasm-hello.tar, wasm-http.tar  the Wasm shim and two Wasm
+#                   workloads (hack/nodes/wasm-images.sh)
 #
 #   hack/nodes/images.sh OUT_DIR
 #
 # Every image is tagged by its content, so a changed build is a new reference. OUT_DIR also gets
 # images.env (the references, for tests and scripts), pause.ref (imported under each node's
-# sandbox image name) and images-overwrite.yaml: the IMAGEVECTOR_OVERWRITE file that points the
-# controller at these images instead of the published ones. `make images` builds the published
+# sandbox image name), images-overwrite.yaml: the IMAGEVECTOR_OVERWRITE file that points the
+# controller at these images instead of the published ones, and catalog-overlay.yaml: the
+# SHIM_CATALOG_OVERLAY that offers these payloads as catalog versions. `make images` builds the published
 # images with docker instead; this needs neither docker nor a registry.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -29,8 +33,9 @@ die() { log "ERROR: $*"; exit 1; }
 
 archive="$repo/hack/nodes/image-archive.py"
 debs="$IMAGE_DEBS_DIR/root"
-[[ -x "$debs/bin/busybox" && -x "$debs/usr/bin/crun" ]] \
+[[ -x "$debs/bin/busybox" ]] \
   || die "$IMAGE_DEBS_DIR is missing: build it with 'make tools' (hack/tools/build.sh image-debs)"
+[[ -x "$CRUN_DIR/crun" ]] || die "$CRUN_DIR/crun is missing: build it with 'make tools' (hack/tools/build.sh crun)"
 
 # The installer must be static: init containers copy it into payload images of any
 # distribution and run it there. The crate's musl build (hack/images/Dockerfile) needs a musl
@@ -67,7 +72,28 @@ workload_ref="$("$archive" --tag local.test/busybox --out "$out/workload.tar" \
   --entrypoint '["/bin/sh"]')"
 
 crun_ref="$("$archive" --tag local.test/containerd-shim-payload/crun --out "$out/payload-crun.tar" \
-  --file "$debs/usr/bin/crun=/payload/crun:0755")"
+  --file "$CRUN_DIR/crun=/payload/crun:0755")"
+
+# A payload that cannot run on these nodes, for the tests of a failing rollout: a shim binary
+# for another architecture (an arm64 ELF header; execve refuses it with ENOEXEC) and one that
+# exits non-zero.
+python3 - "$work/containerd-shim-broken-v1" <<'PY'
+import struct, sys
+ident = b"\x7fELF" + bytes([2, 1, 1, 0]) + bytes(8)
+header = ident + struct.pack("<HHIQQQIHHHHHH", 2, 0xB7, 1, 0x400000, 64, 0, 0, 64, 56, 1, 0, 0, 0)
+with open(sys.argv[1], "wb") as f:
+    f.write(header)
+PY
+printf '#!/bin/sh\necho "this shim always fails" >&2\nexit 1\n' >"$work/containerd-shim-fails-v1"
+chmod 0755 "$work/containerd-shim-broken-v1" "$work/containerd-shim-fails-v1"
+broken_ref="$("$archive" --tag local.test/containerd-shim-payload/broken --out "$out/payload-broken.tar" \
+  --file "$work/containerd-shim-broken-v1=/payload/containerd-shim-broken-v1:0755" \
+  --file "$work/containerd-shim-fails-v1=/payload/containerd-shim-fails-v1:0755")"
+
+# The Wasm shim and workloads (hack/nodes/wasm-images.sh writes wasm.env).
+"$repo/hack/nodes/wasm-images.sh" "$out"
+# shellcheck source=/dev/null
+source "$out/wasm.env"
 
 printf '%s\n' "$pause_ref" >"$out/pause.ref"
 cat >"$out/images.env" <<ENV
@@ -75,6 +101,11 @@ INSTALLER_IMAGE=$installer_ref
 PAUSE_IMAGE=$pause_ref
 WORKLOAD_IMAGE=$workload_ref
 CRUN_PAYLOAD_IMAGE=$crun_ref
+BROKEN_PAYLOAD_IMAGE=$broken_ref
+WASMTIME_PAYLOAD_IMAGE=$WASMTIME_PAYLOAD_IMAGE
+WASM_HELLO_IMAGE=$WASM_HELLO_IMAGE
+WASM_HTTP_IMAGE=$WASM_HTTP_IMAGE
+WASM_HTTP_PORT=$WASM_HTTP_PORT
 ENV
 
 # IMAGEVECTOR_OVERWRITE for the controller: the same names as charts/images.yaml.
@@ -84,8 +115,30 @@ images:
   - name: containerd-shim-installer
     repository: ${installer_ref%:*}
     tag: ${installer_ref##*:}
-  - name: containerd-shim-crun
+  - name: containerd-shim-crun-local
     repository: ${crun_ref%:*}
     tag: ${crun_ref##*:}
+  - name: containerd-shim-wasmtime-local
+    repository: ${WASMTIME_PAYLOAD_IMAGE%:*}
+    tag: ${WASMTIME_PAYLOAD_IMAGE##*:}
 YAML
-log "images in $out: $installer_ref $pause_ref $workload_ref $crun_ref"
+
+# SHIM_CATALOG_OVERLAY for the controller: the catalog's crun and wasmtime entries get the
+# locally built payloads as a version of their own (and their default), the way an operator
+# adds a build.
+cat >"$out/catalog-overlay.yaml" <<YAML
+# Written by hack/nodes/images.sh: the locally built crun and the Wasm test shim of
+# test/wasm/shim as versions of the catalog's entries.
+shims:
+  crun:
+    defaultVersion: local
+    versions:
+      local:
+        image: containerd-shim-crun-local
+  wasmtime:
+    defaultVersion: local
+    versions:
+      local:
+        image: containerd-shim-wasmtime-local
+YAML
+log "images in $out: $installer_ref $pause_ref $workload_ref $crun_ref $broken_ref"

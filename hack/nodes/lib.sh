@@ -81,6 +81,7 @@ nodes_cleanup() {
   ip addr del "$NODE_API_ADDRESS/32" dev lo 2>/dev/null || true
   nft delete table ip kube-proxy 2>/dev/null || true
   nft delete table ip6 kube-proxy 2>/dev/null || true
+  rm -f "$NODES_LOCK.owner"
   for ((i = 1; i <= ${NODE_COUNT:-0}; i++)); do
     find /sys/fs/cgroup/*/"$(node_name "$i")" -depth -type d -exec rmdir {} + 2>/dev/null || true
   done
@@ -132,9 +133,11 @@ shoot_apiserver_node_args() {
 }
 
 # Controllers the shoot kube-controller-manager runs besides the workload ones: ServiceAccounts
-# and the root CA ConfigMap that pods' token volumes need, EndpointSlices for Services.
+# and the root CA ConfigMap that pods' token volumes need, EndpointSlices for Services, and the
+# node lifecycle (it lifts the `not-ready` taint a kubelet registers with, and taints and
+# evicts as on a real cluster when a node stops reporting).
 shoot_kcm_node_args() {
-  echo --controllers=garbage-collector-controller,namespace-controller,daemonset-controller,deployment-controller,replicaset-controller,serviceaccount-controller,root-ca-certificate-publisher-controller,endpointslice-controller \
+  echo --controllers=garbage-collector-controller,namespace-controller,daemonset-controller,deployment-controller,replicaset-controller,serviceaccount-controller,root-ca-certificate-publisher-controller,endpointslice-controller,node-lifecycle-controller \
     --root-ca-file="$dir/pki/ca.crt"
 }
 
@@ -370,14 +373,28 @@ start_node() {
     --register=no --keep-unit --capability=all \
     --system-call-filter='add_key keyctl bpf @mount @module @raw-io @swap @clock @cpu-emulation @obsolete' \
     --bind=/dev/kmsg --console=pipe -M "$name"
-  local pid leader deadline=$((SECONDS + 30))
+  local pid leader="" deadline=$((SECONDS + 30))
   pid="$(pid_of "node-$name")"
-  until leader="$(pgrep -P "$pid" 2>/dev/null | head -n 1)" && [[ -n "$leader" ]]; do
+  until [[ -n "$leader" ]]; do
     ((SECONDS < deadline)) || die "node $name did not start; see $dir/logs/node-$name.log"
     check_alive
     sleep 0.2
+    leader="$(machine_init "$pid")"
   done
   echo "$leader" >"$dir/nodes/$name/leader"
+}
+
+# machine_init <nspawn pid>: the machine's init, the child of nspawn that runs in a PID
+# namespace of its own (nspawn first forks a helper that stays in ours and exits soon).
+machine_init() {
+  local child own
+  own="$(readlink /proc/self/ns/pid)"
+  for child in $(pgrep -P "$1" 2>/dev/null); do
+    if [[ "$(readlink "/proc/$child/ns/pid" 2>/dev/null)" != "$own" ]]; then
+      echo "$child"
+      return 0
+    fi
+  done
 }
 
 node_booted() { # name
@@ -397,7 +414,7 @@ import_images() {
   mkdir -p "$inbox"
   for f in "$NODE_IMAGES"/*.tar; do
     cp "$f" "$inbox/"
-    node_exec "$name" ctr -n k8s.io images import "/var/lib/node-images/${f##*/}" >/dev/null \
+    node_exec "$name" ctr -n k8s.io images import "/var/lib/node-images/${f##*/}" >>"$dir/logs/node-$name-images.log" 2>&1 \
       || die "importing ${f##*/} into $name failed"
   done
   rm -rf "$inbox"
@@ -405,7 +422,7 @@ import_images() {
   sandbox="$(node_exec "$name" containerd config dump 2>/dev/null \
     | sed -n -e 's/^ *sandbox_image = "\(.*\)"/\1/p' -e "s/^ *sandbox = ['\"]\(.*\)['\"]/\1/p" | head -n 1)"
   if [[ -n "$pause" && -n "$sandbox" && "$sandbox" != "$pause" ]]; then
-    node_exec "$name" ctr -n k8s.io images tag --force "$pause" "$sandbox" >/dev/null \
+    node_exec "$name" ctr -n k8s.io images tag --force "$pause" "$sandbox" >>"$dir/logs/node-$name-images.log" 2>&1 \
       || die "tagging $pause as $sandbox on $name failed"
   fi
 }
@@ -441,9 +458,11 @@ start_nodes() {
 # namespace, and with it every process of the node and of its pods; their mounts and network
 # namespaces go with the machine's mount namespace.
 stop_node() { # name pid
-  local name="$1" pid="$2" leader="" i
-  [[ -f "$dir/nodes/${name#node-}/leader" ]] && leader="$(cat "$dir/nodes/${name#node-}/leader")"
-  [[ -n "$leader" ]] && kill -KILL "$leader" 2>/dev/null
+  local name="$1" pid="$2" leader i
+  leader="$(machine_init "$pid")"
+  if [[ -n "$leader" ]]; then
+    kill -KILL "$leader" 2>/dev/null || true
+  fi
   for i in $(seq 1 100); do
     kill -0 "$pid" 2>/dev/null || return 0
     sleep 0.1

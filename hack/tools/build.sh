@@ -5,9 +5,11 @@
 #
 #   hack/tools/build.sh            build everything
 #   hack/tools/build.sh --print    print the cache directory and exit
-#   hack/tools/build.sh kube etcd  build only some (kube etcd grm crds containerd helm containerd1 crictl)
+#   hack/tools/build.sh kube etcd  build only some (kube etcd grm crds containerd helm containerd1
+#                                  crictl rootfs image-debs crun)
 #
-# A cold build takes tens of minutes on two cores; the Go build cache makes a rebuild fast.
+# A cold build takes tens of minutes on two cores; the Go build cache makes a rebuild fast. The
+# real nodes' root file system (mmdebstrap) and crun (from source) add a minute or two.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=versions.env
@@ -150,8 +152,34 @@ build_rootfs() {
   log "built $ROOTFS_DIR in $((SECONDS - started)) s"
 }
 
+# crun for the crun payload image, from Debian's source tarball (checksum pinned in
+# versions.env), linked like Debian's own crun against the node's libseccomp, libcap and
+# libsystemd, with yajl built in.
+build_crun() {
+  apt_install gcc make gperf pkgconf python3 libcap-dev libseccomp-dev libsystemd-dev
+  if [[ -x "$CRUN_DIR/crun" ]]; then log "up to date: $CRUN_DIR/crun"; return 0; fi
+  local tmp="$CRUN_DIR.partial.$$" started=$SECONDS
+  rm -rf "$tmp"; mkdir -p "$tmp"
+  log "building crun $CRUN_VERSION from $CRUN_SOURCE_URL"
+  curl -fsSL -o "$tmp/source.tar.gz" "$CRUN_SOURCE_URL" || { log "downloading $CRUN_SOURCE_URL failed"; return 1; }
+  echo "$CRUN_SOURCE_SHA256  $tmp/source.tar.gz" | sha256sum -c --quiet - \
+    || { log "$CRUN_SOURCE_URL does not have the sha256 in versions.env"; return 1; }
+  tar -xzf "$tmp/source.tar.gz" -C "$tmp"
+  (
+    cd "$tmp/crun-$CRUN_VERSION" \
+      && ./configure --disable-criu --enable-embedded-yajl >"$tmp/build.log" 2>&1 \
+      && make git-version.h >>"$tmp/build.log" 2>&1 \
+      && make -j"$(nproc)" >>"$tmp/build.log" 2>&1
+  ) || { log "building crun failed; the end of its log:"; tail -n 20 "$tmp/build.log" >&2; return 1; }
+  mkdir -p "$tmp/out"
+  install -m 0755 "$tmp/crun-$CRUN_VERSION/crun" "$tmp/out/crun"
+  mv "$tmp/out" "$CRUN_DIR"
+  rm -rf "$tmp"
+  log "built $CRUN_DIR/crun in $((SECONDS - started)) s"
+}
+
 # The Debian packages whose binaries the test images carry (busybox for the pause and workload
-# images, crun for the crun payload), downloaded and unpacked. Debian's own signatures checked
+# images), downloaded and unpacked. Debian's own signatures checked
 # by apt are the provenance.
 build_image_debs() {
   if [[ -d "$IMAGE_DEBS_DIR" ]]; then log "up to date: $IMAGE_DEBS_DIR"; return 0; fi
@@ -167,7 +195,7 @@ build_image_debs() {
   log "unpacked $IMAGE_PACKAGES into $IMAGE_DEBS_DIR/root"
 }
 
-all=(kube etcd grm crds containerd helm containerd1 crictl rootfs image-debs)
+all=(kube etcd grm crds containerd helm containerd1 crictl rootfs image-debs crun)
 selected=("$@")
 [[ ${#selected[@]} -gt 0 ]] || selected=("${all[@]}")
 mkdir -p "$TOOLS_CACHE"
@@ -183,6 +211,7 @@ for t in "${selected[@]}"; do
     crictl) build_crictl ;;
     rootfs) build_rootfs ;;
     image-debs) build_image_debs ;;
+    crun) build_crun ;;
     containerd1) install_containerd1 ;;
     *) log "unknown tool '$t' (known: ${all[*]})"; exit 2 ;;
   esac

@@ -10,5 +10,6 @@ HELM_DIR="$TOOLS_CACHE/helm-$HELM_VERSION"
 CRICTL_DIR="$TOOLS_CACHE/crictl-$CRICTL_VERSION"
 # Keyed by the Debian release and the package lists: a changed list builds anew.
 ROOTFS_DIR="$TOOLS_CACHE/node-rootfs-$NODE_DEBIAN_SUITE-$(printf '%s' "$NODE_PACKAGES" | sha256sum | cut -c1-12)"
+CRUN_DIR="$TOOLS_CACHE/crun-$CRUN_VERSION"
 IMAGE_DEBS_DIR="$TOOLS_CACHE/image-debs-$NODE_DEBIAN_SUITE-$(printf '%s' "$IMAGE_PACKAGES" | sha256sum | cut -c1-12)"
 CONTAINERD1_BIN="${CONTAINERD1_BIN:-/usr/bin/containerd}"

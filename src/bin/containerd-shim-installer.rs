@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use gardener_extension_containerd_shim::desired_shims::{
-    CONFIG_MAP_KEY, DesiredShims, Rollout, pod_paths,
+    CONFIG_MAP_KEY, DESIRED_SHA256_ENV, DesiredShims, Rollout, pod_paths,
 };
 use gardener_extension_containerd_shim::installer::cluster::{Cluster, LocalCluster};
 use gardener_extension_containerd_shim::installer::converge::{Installer, Settings};
@@ -76,6 +76,9 @@ struct DaemonArgs {
     /// The mounted desired shim set.
     #[arg(long, default_value_t = default_desired_file())]
     desired_file: String,
+    /// sha256 of the desired set this pod was created for; another mounted set is refused.
+    #[arg(long, env = DESIRED_SHA256_ENV)]
+    expected_desired_sha256: Option<String>,
     /// Status file the readiness probe reads.
     #[arg(long, default_value_t = default_status_file())]
     status_file: String,
@@ -323,6 +326,7 @@ async fn run_daemon(args: DaemonArgs) -> Result<(), String> {
     );
     let config = DaemonConfig {
         desired_file: PathBuf::from(&args.desired_file),
+        expected_sha256: args.expected_desired_sha256.clone(),
         status_file: PathBuf::from(&args.status_file),
         check_period: args.check_period,
     };

@@ -10,19 +10,16 @@
 //! - the namespace's Cluster changed: gardenlet writes it in every shoot reconcile, which is
 //!   when it creates and rotates these secrets.
 //!
-//! At the first use, one paged list per secret name (cluster-wide, by field selector) resolves
-//! every namespace that holds one of the caller's Extensions then, so a controller taking over
-//! a seed sends two lists instead of two reads per shoot. Only those namespaces' secrets are
-//! kept, and only for [`SNAPSHOT_LIFETIME`].
+//! The first use in a namespace reads the secret by name (one GET, two when only `gardener`
+//! exists). A cluster-wide list would save those reads when a controller takes over a seed,
+//! but it needs `list secrets` in every namespace, which this extension does not hold.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config, ResourceExt};
-use tokio::sync::OnceCell;
 
 use crate::user_agent;
 
@@ -30,23 +27,12 @@ use crate::user_agent;
 pub const SHOOT_ACCESS_SECRETS: [&str; 2] = ["gardener-internal", "gardener"];
 /// The data key of the kubeconfig.
 pub const KUBECONFIG_KEY: &str = "kubeconfig";
-/// Secrets per page of the start-up list (each holds a kubeconfig of a few kilobytes).
-const LIST_PAGE_SIZE: u32 = 50;
-/// How long the start-up list answers for namespaces not resolved yet; then it is dropped.
-pub const SNAPSHOT_LIFETIME: std::time::Duration = std::time::Duration::from_secs(10 * 60);
-
 /// Why no shoot client could be built.
 #[derive(Debug, thiserror::Error)]
 pub enum ShootClientError {
     #[error("cannot read secret {namespace}/{name}: {source}")]
     Read {
         namespace: String,
-        name: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("cannot list the shoot access secrets {name}: {source}")]
-    List {
         name: String,
         #[source]
         source: kube::Error,
@@ -78,21 +64,17 @@ struct Entry {
     refused: bool,
 }
 
-/// The shoot access secrets of a set of namespaces at one moment.
-struct Snapshot {
-    expires: std::time::Instant,
-    /// The namespaces the lists answer for that have not asked yet.
-    covered: Mutex<HashSet<String>>,
-    /// Per namespace, the first secret of [`SHOOT_ACCESS_SECRETS`] it had. Taken out at first
-    /// use, so the kubeconfigs are not kept longer than needed.
-    secrets: Mutex<HashMap<String, Secret>>,
+impl Default for ShootClients {
+    /// Clients that name this crate and no component.
+    fn default() -> ShootClients {
+        ShootClients::new(&user_agent::user_agent(env!("CARGO_PKG_NAME"), "shoot"))
+    }
 }
 
 /// Shoot clients by namespace.
 #[derive(Clone)]
 pub struct ShootClients {
     entries: Arc<Mutex<HashMap<String, Entry>>>,
-    snapshot: Arc<OnceCell<Option<Snapshot>>>,
     user_agent: String,
 }
 
@@ -101,7 +83,6 @@ impl ShootClients {
     pub fn new(user_agent: &str) -> ShootClients {
         ShootClients {
             entries: Arc::default(),
-            snapshot: Arc::default(),
             user_agent: user_agent.to_string(),
         }
     }
@@ -112,15 +93,12 @@ impl ShootClients {
 
     /// A client for the shoot of `namespace`, or `None` when the namespace has no shoot access
     /// secret (the shoot's API server cannot be reached from here). `cluster` is the
-    /// namespace's Cluster (a new resourceVersion means the secret is read again);
-    /// `namespaces` names those the start-up list answers for (the caller's Extensions'),
-    /// asked for only once.
+    /// namespace's Cluster (a new resourceVersion means the secret is read again).
     pub async fn client_for(
         &self,
         seed: &Client,
         namespace: &str,
         cluster: Option<&kube::api::ObjectMeta>,
-        namespaces: impl Fn() -> HashSet<String>,
     ) -> Result<Option<ShootClient>, ShootClientError> {
         let cluster_version = cluster.and_then(|c| c.resource_version.clone());
         let known = self.entries().get(namespace).cloned();
@@ -130,14 +108,7 @@ impl ShootClients {
         {
             return Ok(entry.access.clone());
         }
-        let snapshot = match known {
-            Some(_) => None,
-            None => self.snapshot_answer(seed, namespace, namespaces).await,
-        };
-        let secret = match snapshot {
-            Some(found) => found,
-            None => read_secret(seed, namespace).await?,
-        };
+        let secret = read_secret(seed, namespace).await?;
         let access = match secret {
             None => None,
             Some(secret) => {
@@ -175,87 +146,23 @@ impl ShootClients {
         }
     }
 
+    /// A client built from the secret as it is now, kept nowhere: for rare calls that must
+    /// not wait for a refusal to notice a rotated secret.
+    pub async fn fresh(
+        &self,
+        seed: &Client,
+        namespace: &str,
+    ) -> Result<Option<Client>, ShootClientError> {
+        match read_secret(seed, namespace).await? {
+            None => Ok(None),
+            Some(secret) => Ok(Some(build(namespace, &secret, &self.user_agent).await?)),
+        }
+    }
+
     /// Drops what is kept for `namespace` (its Extension is gone or hibernated).
     pub fn forget(&self, namespace: &str) {
         self.entries().remove(namespace);
     }
-
-    /// The start-up snapshot's answer for the first resolution of `namespace`, if it has one:
-    /// while it lives, for a namespace it covers.
-    async fn snapshot_answer(
-        &self,
-        seed: &Client,
-        namespace: &str,
-        namespaces: impl FnOnce() -> HashSet<String>,
-    ) -> Option<Option<Secret>> {
-        let snapshot = self
-            .snapshot
-            .get_or_init(|| async {
-                match take_snapshot(seed, namespaces()).await {
-                    Ok(snapshot) => Some(snapshot),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "Cannot list the shoot access secrets; reading them one by one");
-                        None
-                    }
-                }
-            })
-            .await
-            .as_ref()?;
-        let mut covered = snapshot
-            .covered
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let mut secrets = snapshot
-            .secrets
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if std::time::Instant::now() >= snapshot.expires {
-            covered.clear();
-            secrets.clear();
-            return None;
-        }
-        covered.remove(namespace).then(|| secrets.remove(namespace))
-    }
-}
-
-/// The shoot access secrets of `covered`, by namespace (the first name of
-/// [`SHOOT_ACCESS_SECRETS`] that a namespace has).
-async fn take_snapshot(
-    seed: &Client,
-    covered: HashSet<String>,
-) -> Result<Snapshot, ShootClientError> {
-    let expires = std::time::Instant::now() + SNAPSHOT_LIFETIME;
-    let api: Api<Secret> = Api::all(seed.clone());
-    let mut secrets: HashMap<String, Secret> = HashMap::new();
-    // Reverse order: the preferred name is listed last and replaces the fallback.
-    for name in SHOOT_ACCESS_SECRETS.iter().rev() {
-        let mut params = ListParams::default()
-            .fields(&format!("metadata.name={name}"))
-            .limit(LIST_PAGE_SIZE);
-        loop {
-            let page = api
-                .list(&params)
-                .await
-                .map_err(|source| ShootClientError::List {
-                    name: name.to_string(),
-                    source,
-                })?;
-            for secret in page.items {
-                if let Some(namespace) = secret.namespace().filter(|ns| covered.contains(ns)) {
-                    secrets.insert(namespace, secret);
-                }
-            }
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                Some(token) => params = params.continue_token(&token),
-                None => break,
-            }
-        }
-    }
-    Ok(Snapshot {
-        expires,
-        covered: Mutex::new(covered),
-        secrets: Mutex::new(secrets),
-    })
 }
 
 /// The first of [`SHOOT_ACCESS_SECRETS`] that `namespace` has.

@@ -1,6 +1,7 @@
 //! Whether the labels of a shoot's nodes changed, without asking the shoot on every health
 //! check: one metadata watch of the Nodes per shoot, which remembers a hash of each node's
-//! labels and reports the namespace whenever a node comes, goes or gets other labels.
+//! labels and annotations and reports the namespace whenever a node comes, goes or gets other
+//! labels or annotations.
 //!
 //! Nothing but the hashes is kept (a node carries a few dozen labels, a seed thousands of
 //! nodes); a check that learns of a change lists the nodes once. Status updates of the nodes
@@ -130,6 +131,8 @@ impl ShootNodes {
 fn labels_hash(node: &PartialObjectMeta<Node>) -> u64 {
     let mut hasher = DefaultHasher::new();
     node.labels().hash(&mut hasher);
+    // The installers report failures in an annotation, which the count shows too.
+    node.annotations().hash(&mut hasher);
     hasher.finish()
 }
 

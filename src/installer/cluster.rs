@@ -30,6 +30,12 @@ pub trait Cluster: Send + Sync {
         changes: LabelChanges,
     ) -> impl Future<Output = Result<(), InstallerError>> + Send;
 
+    /// Sets this node's [`crate::desired_shims::FAILURES_ANNOTATION`] (`None` removes it).
+    fn publish_failures(
+        &self,
+        failures: Option<String>,
+    ) -> impl Future<Output = Result<(), InstallerError>> + Send;
+
     /// Waits until this node holds one of `slots` restart slots.
     fn acquire_restart_slot(
         &self,
@@ -55,6 +61,7 @@ pub fn own_labels_only(changes: LabelChanges) -> LabelChanges {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ClusterEvent {
     Label { key: String, value: Option<String> },
+    Failures(Option<String>),
     Acquired(u32),
     Released(u32),
 }
@@ -145,6 +152,11 @@ impl Cluster for MemoryCluster {
         Ok(())
     }
 
+    async fn publish_failures(&self, failures: Option<String>) -> Result<(), InstallerError> {
+        self.lock().events.push(ClusterEvent::Failures(failures));
+        Ok(())
+    }
+
     async fn acquire_restart_slot(&self, slots: u32) -> Result<MemorySlot, InstallerError> {
         loop {
             {
@@ -190,6 +202,13 @@ impl Cluster for LocalCluster {
     async fn patch_labels(&self, changes: LabelChanges) -> Result<(), InstallerError> {
         if !changes.is_empty() {
             tracing::warn!(?changes, "no API access: change these node labels by hand");
+        }
+        Ok(())
+    }
+
+    async fn publish_failures(&self, failures: Option<String>) -> Result<(), InstallerError> {
+        if let Some(failures) = failures {
+            tracing::warn!(%failures, "no API access: the node's failures are not published");
         }
         Ok(())
     }

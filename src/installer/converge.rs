@@ -16,8 +16,8 @@ use crate::desired_shims::{
 
 use super::cluster::{Cluster, LabelChanges};
 use super::containerd::{
-    ContainerdVersion, ExpectedRuntime, Ownership, Plan, RuntimeEntry, locate, plan_install,
-    plan_uninstall,
+    BASELINE_SUFFIX, ContainerdVersion, EffectiveConfig, ExpectedRuntime, Ownership, Plan,
+    RuntimeEntry, locate, plan_install, plan_install_keeping, plan_uninstall,
 };
 use super::error::InstallerError;
 use super::host::Host;
@@ -214,7 +214,25 @@ impl<C: Cluster> Installer<C> {
             .as_ref()
             .is_some_and(|failure| failure.node_hash == node_hash);
         if failed {
+            // Only labels are decided here: which shims still run verified (the ones the
+            // failed change did not touch).
+            let shims = selected
+                .iter()
+                .map(|(shim, hash)| ShimFacts {
+                    name: shim.name.clone(),
+                    handler: shim.handler.clone(),
+                    dir: String::new(),
+                    staged: false,
+                    current: None,
+                    verified: state
+                        .shims
+                        .get(&shim.name)
+                        .is_some_and(|s| s.verified_for(hash)),
+                    verified_before: false,
+                })
+                .collect();
             let input = PlanInput {
+                shims,
                 labels: labels.clone(),
                 failed: true,
                 ..PlanInput::default()
@@ -225,11 +243,22 @@ impl<C: Cluster> Installer<C> {
                     self.patch_labels(keys, None, &mut labels).await?;
                 }
             }
-            return Ok(self.outcome(desired, &selected, &state, &labels, steps, false, &[]));
+            return Ok(self.outcome(desired, &selected, &state, &labels, steps, false, &[], &[]));
         }
 
         let facts = self.gather(desired, selected, node_hash, arch, &state)?;
         let input = self.plan_input(&facts, &state, &labels)?;
+        let waiting: Vec<String> = input
+            .gone
+            .iter()
+            .filter(|gone| gone.linked && gone.in_use > 0)
+            .map(|gone| {
+                format!(
+                    "shim {} stays while {} pod(s) of its runtime handler run",
+                    gone.name, gone.in_use
+                )
+            })
+            .collect();
         let steps = plan(&input);
         if steps.iter().any(mutates) {
             self.preflight(&facts.config)?;
@@ -316,6 +345,7 @@ impl<C: Cluster> Installer<C> {
             steps,
             restarted,
             &retained,
+            &waiting,
         ))
     }
 
@@ -354,20 +384,51 @@ impl<C: Cluster> Installer<C> {
                 .first()
                 .map(|b| b.name.clone())
                 .unwrap_or_default();
-            runtimes.push(RuntimeEntry::from_desired(
-                shim,
-                &layout.runtime_path(&shim.name, &first),
-                &layout.config_dir(&shim.name),
-                &layout.bin_dir(&shim.name),
-            )?);
+            runtimes.push(
+                RuntimeEntry::from_desired(
+                    shim,
+                    &layout.runtime_path(&shim.name, &first),
+                    &layout.config_dir(&shim.name),
+                    &layout.bin_dir(&shim.name),
+                )?
+                .for_containerd(containerd),
+            );
             specs.push(spec);
         }
-        let config = if runtimes.is_empty() {
+        let mut config = if runtimes.is_empty() {
             plan_uninstall(host, containerd, &state.ownership)?
         } else {
             let target = locate(host, containerd, self.settings.config_override.as_deref())?;
-            plan_install(host, &target, &runtimes, &state.ownership)?
+            let plan = plan_install(host, &target, &runtimes, &state.ownership)?;
+            if plan.changed && containerd.major < 2 {
+                // containerd 1.x drops runtimes it provides implicitly once a file defines
+                // one: the plan keeps them, from the effective configuration as it is now.
+                let baseline = self.baseline(&plan)?;
+                let mut ours: BTreeSet<String> =
+                    runtimes.iter().map(|r| r.handler.clone()).collect();
+                ours.extend(state.ownership.handlers().map(|h| h.handler.clone()));
+                let kept = match &baseline {
+                    Some((config, dump)) => {
+                        EffectiveConfig::parse(config, containerd, dump)?.runtimes_to_keep(&ours)
+                    }
+                    None => Vec::new(),
+                };
+                plan_install_keeping(host, &target, &runtimes, &state.ownership, Some(&kept))?
+            } else {
+                plan
+            }
         };
+        if config.changed
+            && config
+                .validation
+                .as_ref()
+                .is_some_and(|v| v.baseline.is_none())
+        {
+            let baseline = self.baseline(&config)?;
+            if let (Some(validation), Some((_, dump))) = (config.validation.as_mut(), baseline) {
+                validation.baseline = Some(dump);
+            }
+        }
 
         let names: BTreeSet<&str> = selected.iter().map(|(s, _)| s.name.as_str()).collect();
         let mut gone: BTreeSet<String> = state
@@ -394,6 +455,57 @@ impl<C: Cluster> Installer<C> {
             node_hash,
             gone: gone.into_iter().collect(),
         })
+    }
+
+    /// `containerd config dump` of the configuration the plan's validation will dump, as it is
+    /// now, before anything is written: what the candidate is compared with. A config file
+    /// that does not exist yet means containerd's defaults (dumped from an empty file, because
+    /// containerd 1.x refuses a missing `--config`). `None` for a plan whose validation dumps a
+    /// rendered template (the distribution renders it; nothing here is its baseline).
+    fn baseline(&self, plan: &Plan) -> Result<Option<(PathBuf, String)>, InstallerError> {
+        let Some(validation) = plan.validation.as_ref().filter(|v| v.scratch.is_none()) else {
+            return Ok(None);
+        };
+        let host = &*self.host;
+        let config = validation.config.clone();
+        let exists = host
+            .exists(&config)
+            .map_err(|err| InstallerError::host("inspect", &config, err))?;
+        let dumped = if exists {
+            config.clone()
+        } else {
+            let mut name = config.clone().into_os_string();
+            name.push(BASELINE_SUFFIX);
+            let empty = PathBuf::from(name);
+            if let Some(parent) = empty.parent() {
+                host.create_dir_all(parent)
+                    .map_err(|err| InstallerError::host("create directory", parent, err))?;
+            }
+            host.write_file(&empty, b"", 0o600)
+                .map_err(|err| InstallerError::host("write", &empty, err))?;
+            empty
+        };
+        let output = host.config_dump(&dumped);
+        if !exists {
+            host.remove_file(&dumped)
+                .map_err(|err| InstallerError::host("remove", &dumped, err))?;
+        }
+        let command = format!("containerd --config {} config dump", dumped.display());
+        let output = output.map_err(|message| InstallerError::Command {
+            command: command.clone(),
+            message,
+        })?;
+        if output.exit_code != Some(0) {
+            return Err(InstallerError::Command {
+                command,
+                message: format!(
+                    "the configuration as it is now does not load (exit code {:?}): {}",
+                    output.exit_code,
+                    output.stderr.trim()
+                ),
+            });
+        }
+        Ok(Some((config, output.stdout)))
     }
 
     fn plan_input(
@@ -428,9 +540,20 @@ impl<C: Cluster> Installer<C> {
                 .info(&link)
                 .map_err(|err| InstallerError::host("inspect", &link, err))?
                 .is_some();
+            let in_use = match facts.handler_of(name, state) {
+                Some(handler) if linked => host
+                    .sandboxes_with_handler(&handler)
+                    .map_err(|message| InstallerError::Command {
+                        command: "crictl pods".into(),
+                        message,
+                    })?
+                    .unwrap_or(0),
+                _ => 0,
+            };
             gone.push(GoneFacts {
                 name: name.clone(),
                 linked,
+                in_use,
             });
         }
         let txn = state.config.as_ref();
@@ -721,17 +844,10 @@ impl<C: Cluster> Installer<C> {
     fn write_config(&mut self, plan: &Plan) -> Result<(), InstallerError> {
         let host = self.host.clone();
         for backup in &plan.backups {
-            if let Some(content) = host
-                .read_bytes(&backup.source)
-                .map_err(|err| InstallerError::host("read", &backup.source, err))?
-            {
-                let mode = mode_of(&*host, &backup.source);
-                host.write_file(&backup.destination, &content, mode)
-                    .map_err(|err| {
-                        InstallerError::host("write backup", &backup.destination, err)
-                    })?;
-                self.checkpoint()?;
-            }
+            let mode = mode_of(&*host, &backup.source);
+            host.write_file(&backup.destination, backup.content.as_bytes(), mode)
+                .map_err(|err| InstallerError::host("write backup", &backup.destination, err))?;
+            self.checkpoint()?;
         }
         for write in &plan.writes {
             if let Some(parent) = write.path.parent() {
@@ -1044,6 +1160,13 @@ impl<C: Cluster> Installer<C> {
                 );
             }
         }
+        // A shim that is gone but still linked keeps the version its link points at: pods of its
+        // handler still run, and containerd needs its files to stop them.
+        for name in &facts.gone {
+            if let Some(dir) = payload::current_dir(&*host, &layout, name)? {
+                keep.entry(name.clone()).or_default().insert(dir);
+            }
+        }
         let running = host
             .running_executables()
             .map_err(|err| InstallerError::host("list processes", "/proc", err))?;
@@ -1111,6 +1234,7 @@ impl<C: Cluster> Installer<C> {
         steps: Vec<Step>,
         restarted: bool,
         retained: &[String],
+        waiting: &[String],
     ) -> Outcome {
         let mut shims = Vec::new();
         for (shim, hash) in selected {
@@ -1156,8 +1280,15 @@ impl<C: Cluster> Installer<C> {
                 "a containerd configuration change is in flight".into(),
             )
         } else if selected.is_empty() {
-            let clean = state.ownership.is_empty() && our_labels.is_empty();
-            let message = if clean {
+            // Files a running pod still needs keep an uninstall from being done: containerd
+            // needs them to stop and remove that pod.
+            let clean = state.ownership.is_empty() && our_labels.is_empty() && waiting.is_empty();
+            let message = if !waiting.is_empty() {
+                format!(
+                    "removing the installer's configuration; {}",
+                    waiting.join("; ")
+                )
+            } else if clean {
                 if retained.is_empty() {
                     "clean: nothing of the installer is left on this node".to_string()
                 } else {
@@ -1171,10 +1302,14 @@ impl<C: Cluster> Installer<C> {
             };
             (clean, message)
         } else {
-            let verified = shims.iter().all(|s| s.phase == Phase::Active);
+            // The selected shims decide; one that is gone and waits for its pods to end does not.
+            let verified = shims
+                .iter()
+                .filter(|s| selected.iter().any(|(shim, _)| shim.name == s.name))
+                .all(|s| s.phase == Phase::Active);
             let ready = verified && all_labelled;
             let message = if ready {
-                format!(
+                let mut message = format!(
                     "{} shim(s) verified: {}",
                     selected.len(),
                     selected
@@ -1182,7 +1317,12 @@ impl<C: Cluster> Installer<C> {
                         .map(|(s, _)| s.handler.as_str())
                         .collect::<Vec<_>>()
                         .join(", ")
-                )
+                );
+                for note in waiting {
+                    message.push_str("; ");
+                    message.push_str(note);
+                }
+                message
             } else {
                 "shims not verified yet".to_string()
             };
@@ -1196,6 +1336,7 @@ impl<C: Cluster> Installer<C> {
                 message,
                 shims,
                 retained_in_use: retained.to_vec(),
+                run_failed: false,
                 updated_at: self.host.now(),
             },
             steps,

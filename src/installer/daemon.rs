@@ -1,6 +1,10 @@
-//! The installer's loop: converge on start, then whenever the mounted desired set changes, the
-//! Node's labels change, or the check period passes (drift repair). After each run the status
-//! file tells the readiness probe whether this node is verified.
+//! The installer's loop: converge on start, then whenever the Node's labels change or the check
+//! period passes (drift repair). After each run the status file tells the readiness probe
+//! whether this node is verified.
+//!
+//! The desired set never changes under a running pod: it is an immutable ConfigMap named by
+//! its content, and a new set comes with a new pod (the DaemonSet rollout). The installer
+//! checks that the mounted set is the one its pod was created for.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -19,34 +23,46 @@ use super::error::InstallerError;
 use super::payload::spec::sha256_hex;
 use super::status::NodeStatus;
 
-/// How often the desired file is looked at for changes (kubelet swaps the ConfigMap's files
-/// atomically; polling its content is simpler and cheaper than inotify).
-const DESIRED_POLL: Duration = Duration::from_secs(2);
-
 /// Where the daemon reads and writes.
 #[derive(Clone, Debug)]
 pub struct DaemonConfig {
     pub desired_file: PathBuf,
+    /// The sha256 of the desired set this pod was created for (from its pod template); a
+    /// mounted set with another digest is refused.
+    pub expected_sha256: Option<String>,
     pub status_file: PathBuf,
     pub check_period: Duration,
 }
 
-/// The desired set and the sha256 of the file it came from.
-pub fn read_desired(path: &Path) -> Result<(DesiredShims, String), InstallerError> {
+/// The desired set and the sha256 of the file it came from. With `expected`, a file of
+/// another digest is refused.
+pub fn read_desired(
+    path: &Path,
+    expected: Option<&str>,
+) -> Result<(DesiredShims, String), InstallerError> {
     let bytes = std::fs::read(path).map_err(|err| InstallerError::Desired {
         path: path.to_path_buf(),
         message: err.to_string(),
     })?;
+    let sha256 = sha256_hex(&bytes);
+    if let Some(expected) = expected
+        && expected != sha256
+    {
+        return Err(InstallerError::Desired {
+            path: path.to_path_buf(),
+            message: format!(
+                "its sha256 is {sha256}, but this pod was created for the desired set {expected}; \
+                 refusing it (a new set reaches a node only with the pod the DaemonSet rollout \
+                 creates for it)"
+            ),
+        });
+    }
     let text = String::from_utf8_lossy(&bytes);
     let desired = DesiredShims::from_json(&text).map_err(|err| InstallerError::Desired {
         path: path.to_path_buf(),
         message: err.to_string(),
     })?;
-    Ok((desired, sha256_hex(&bytes)))
-}
-
-fn file_hash(path: &Path) -> Option<String> {
-    std::fs::read(path).ok().map(|bytes| sha256_hex(&bytes))
+    Ok((desired, sha256))
 }
 
 /// Watches this node and bumps the counter whenever its labels change.
@@ -81,15 +97,16 @@ pub async fn run_once<C: Cluster>(
     installer: &mut Installer<C>,
     config: &DaemonConfig,
 ) -> NodeStatus {
-    let (desired, file_sha) = match read_desired(&config.desired_file) {
-        Ok(read) => read,
-        Err(err) => {
-            tracing::error!(error = %err, "cannot read the desired shim set");
-            let status = NodeStatus::error(Mode::Install, err.to_string());
-            write_status(config, &status);
-            return status;
-        }
-    };
+    let (desired, file_sha) =
+        match read_desired(&config.desired_file, config.expected_sha256.as_deref()) {
+            Ok(read) => read,
+            Err(err) => {
+                tracing::error!(error = %err, "cannot read the desired shim set");
+                let status = NodeStatus::error(Mode::Install, err.to_string());
+                write_status(config, &status);
+                return status;
+            }
+        };
     let mut status = match installer.run(&desired).await {
         Ok(outcome) => {
             tracing::info!(
@@ -117,6 +134,26 @@ fn write_status(config: &DaemonConfig, status: &NodeStatus) {
     }
 }
 
+/// Publishes what failed on this node (the Node annotation the health check reads) when it
+/// differs from what was published last; the first run always publishes, which also clears an
+/// annotation an earlier pod left.
+pub async fn publish_failures<C: Cluster>(
+    installer: &Installer<C>,
+    status: &NodeStatus,
+    published: &mut Option<Option<String>>,
+) {
+    let failures = status.failures();
+    let value =
+        (!failures.is_empty()).then(|| serde_json::to_string(&failures).unwrap_or_default());
+    if published.as_ref() == Some(&value) {
+        return;
+    }
+    match installer.cluster().publish_failures(value.clone()).await {
+        Ok(()) => *published = Some(value),
+        Err(err) => tracing::warn!(error = %err, "cannot publish the node's failures"),
+    }
+}
+
 /// Runs until `shutdown` resolves.
 pub async fn run<C: Cluster>(
     installer: &mut Installer<C>,
@@ -125,13 +162,12 @@ pub async fn run<C: Cluster>(
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
-    let mut poll = tokio::time::interval(DESIRED_POLL);
     let mut labels_open = true;
-    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut published = None;
     loop {
-        let seen = file_hash(&config.desired_file);
         labels_changed.borrow_and_update();
-        run_once(installer, &config).await;
+        let status = run_once(installer, &config).await;
+        publish_failures(installer, &status, &mut published).await;
         let next_check = tokio::time::sleep(config.check_period);
         tokio::pin!(next_check);
         loop {
@@ -148,13 +184,32 @@ pub async fn run<C: Cluster>(
                     }
                     labels_open = false;
                 }
-                _ = poll.tick() => {
-                    if file_hash(&config.desired_file) != seen {
-                        tracing::info!("the desired shim set changed");
-                        break;
-                    }
-                }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_desired_set_the_pod_was_not_created_for_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("desired-shims.json");
+        let json = DesiredShims::uninstall(crate::desired_shims::Rollout {
+            max_concurrent_restarts: 1,
+        })
+        .to_json();
+        std::fs::write(&file, &json).unwrap();
+        let digest = sha256_hex(json.as_bytes());
+        let (_, read) = read_desired(&file, Some(&digest)).unwrap();
+        assert_eq!(read, digest);
+        read_desired(&file, None).unwrap();
+        let err = read_desired(&file, Some("0000")).unwrap_err().to_string();
+        assert!(
+            err.contains("this pod was created for the desired set 0000"),
+            "{err}"
+        );
     }
 }

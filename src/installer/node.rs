@@ -20,7 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
-use crate::desired_shims::restart_lease;
+use crate::desired_shims::{FAILURES_ANNOTATION, restart_lease};
 
 use super::cluster::{Cluster, LabelChanges, own_labels_only};
 use super::error::InstallerError;
@@ -231,6 +231,17 @@ impl Cluster for KubeCluster {
             .await
             .map_err(|err| kube_error(&format!("patch labels of Node {}", self.node), err))?;
         tracing::info!(node = %self.node, ?changes, "node labels changed");
+        Ok(())
+    }
+
+    async fn publish_failures(&self, failures: Option<String>) -> Result<(), InstallerError> {
+        let patch = serde_json::json!({
+            "metadata": { "annotations": { FAILURES_ANNOTATION: failures } }
+        });
+        self.nodes
+            .patch(&self.node, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|err| kube_error(&format!("annotate Node {}", self.node), err))?;
         Ok(())
     }
 

@@ -42,6 +42,8 @@ pub struct GoneFacts {
     pub name: String,
     /// Its stable symlink still exists.
     pub linked: bool,
+    /// Pod sandboxes that still use its handler: its files stay until they are removed.
+    pub in_use: usize,
 }
 
 /// Everything the plan depends on.
@@ -105,16 +107,14 @@ pub fn plan(input: &PlanInput) -> Vec<Step> {
         .map(|(key, _)| key.clone())
         .collect();
     // A label may stay while its handler is verified (now, or before an upgrade in progress).
-    let may_keep: BTreeSet<String> = if input.failed {
-        BTreeSet::new()
-    } else {
-        input
-            .shims
-            .iter()
-            .filter(|s| s.verified || s.verified_before)
-            .map(|s| ready_label(&s.handler))
-            .collect()
-    };
+    // After a failed change was rolled back, the shims it did not touch still run as verified:
+    // they keep their labels; the failed ones lose theirs.
+    let may_keep: BTreeSet<String> = input
+        .shims
+        .iter()
+        .filter(|s| s.verified || (!input.failed && s.verified_before))
+        .map(|s| ready_label(&s.handler))
+        .collect();
     let mut remove: Vec<String> = ours
         .iter()
         .filter(|key| !may_keep.contains(key.as_str()))
@@ -197,7 +197,7 @@ pub fn plan(input: &PlanInput) -> Vec<Step> {
     }
 
     for gone in &input.gone {
-        if gone.linked {
+        if gone.linked && gone.in_use == 0 {
             steps.push(Step::Unlink(gone.name.clone()));
         }
     }
@@ -308,6 +308,7 @@ mod tests {
             gone: vec![GoneFacts {
                 name: "wasmtime".into(),
                 linked: true,
+                in_use: 0,
             }],
             labels: BTreeMap::from([label("spin"), label("wasmtime")]),
             config_changed: true,
@@ -326,6 +327,22 @@ mod tests {
                 Step::CollectGarbage,
             ]
         );
+        // While pods of its handler run, the shim's files stay (containerd needs them to stop
+        // those pods); its configuration and label go all the same.
+        let busy = PlanInput {
+            gone: vec![GoneFacts {
+                in_use: 2,
+                ..input.gone[0].clone()
+            }],
+            ..input
+        };
+        let steps = plan(&busy);
+        assert_eq!(steps[0], Step::RemoveLabels(vec![ready_label("wasmtime")]));
+        assert!(
+            !steps.iter().any(|s| matches!(s, Step::Unlink(_))),
+            "{steps:?}"
+        );
+        assert!(steps.contains(&Step::RestartAndVerify));
     }
 
     #[test]
@@ -361,16 +378,22 @@ mod tests {
 
     #[test]
     fn a_failed_node_only_withdraws_labels() {
+        let failed = ShimFacts {
+            verified: false,
+            verified_before: true,
+            ..shim("wamr")
+        };
         let input = PlanInput {
-            shims: vec![shim("spin")],
-            labels: BTreeMap::from([label("spin")]),
+            shims: vec![shim("spin"), failed],
+            labels: BTreeMap::from([label("spin"), label("wamr")]),
             config_changed: true,
             failed: true,
             ..PlanInput::default()
         };
+        // spin was not part of the failed change and still runs verified: it keeps its label.
         assert_eq!(
             plan(&input),
-            [Step::RemoveLabels(vec![ready_label("spin")])]
+            [Step::RemoveLabels(vec![ready_label("wamr")])]
         );
         let input = PlanInput {
             labels: BTreeMap::new(),

@@ -8,7 +8,9 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::desired_shims::Mode;
+use std::collections::BTreeMap;
+
+use crate::desired_shims::{FAILURE_MESSAGE_MAX, Mode, NODE_FAILURE};
 
 use super::state::Phase;
 
@@ -45,6 +47,9 @@ pub struct NodeStatus {
     /// Version directories kept only because running shims execute them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retained_in_use: Vec<String>,
+    /// The run failed before it could decide per shim (`message` says why).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub run_failed: bool,
     pub updated_at: jiff::Timestamp,
 }
 
@@ -58,6 +63,7 @@ impl NodeStatus {
             message,
             shims: Vec::new(),
             retained_in_use: Vec::new(),
+            run_failed: true,
             updated_at: jiff::Timestamp::now(),
         }
     }
@@ -71,6 +77,31 @@ impl NodeStatus {
         let temp = super::host::temp_sibling(path);
         std::fs::write(&temp, text)?;
         std::fs::rename(&temp, path)
+    }
+
+    /// What failed on this node, for [`crate::desired_shims::FAILURES_ANNOTATION`]: shim name
+    /// to message, or the run's error under [`NODE_FAILURE`] when no shim got that far.
+    /// Empty when nothing failed.
+    pub fn failures(&self) -> BTreeMap<String, String> {
+        let cut = |message: &str| -> String {
+            match message.char_indices().nth(FAILURE_MESSAGE_MAX) {
+                Some((at, _)) => format!("{}...", &message[..at]),
+                None => message.to_string(),
+            }
+        };
+        let mut failures: BTreeMap<String, String> = self
+            .shims
+            .iter()
+            .filter(|shim| shim.phase == Phase::Failed)
+            .map(|shim| {
+                let message = shim.error.as_deref().unwrap_or(&self.message);
+                (shim.name.clone(), cut(message))
+            })
+            .collect();
+        if self.run_failed {
+            failures.insert(NODE_FAILURE.to_string(), cut(&self.message));
+        }
+        failures
     }
 
     pub fn read(path: &Path) -> Result<NodeStatus, String> {
@@ -126,5 +157,46 @@ mod tests {
                 .unwrap_err()
                 .contains("changed")
         );
+    }
+}
+
+#[cfg(test)]
+mod failure_tests {
+    use super::*;
+
+    #[test]
+    fn failures_name_the_failed_shims_or_the_node() {
+        let mut status = NodeStatus::error(Mode::Install, "the CRI plugin is disabled".into());
+        assert_eq!(
+            status.failures(),
+            BTreeMap::from([(
+                NODE_FAILURE.to_string(),
+                "the CRI plugin is disabled".into()
+            )])
+        );
+        status.run_failed = false;
+        status.shims = vec![
+            ShimStatus {
+                name: "crun".into(),
+                handler: "crun".into(),
+                phase: Phase::Active,
+                version: None,
+                verified_at: None,
+                error: None,
+            },
+            ShimStatus {
+                name: "broken".into(),
+                handler: "broken".into(),
+                phase: Phase::Failed,
+                version: None,
+                verified_at: None,
+                error: Some("x".repeat(FAILURE_MESSAGE_MAX + 10)),
+            },
+        ];
+        let failures = status.failures();
+        assert_eq!(failures.keys().collect::<Vec<_>>(), ["broken"]);
+        assert_eq!(failures["broken"].chars().count(), FAILURE_MESSAGE_MAX + 3);
+        status.shims.pop();
+        assert!(status.failures().is_empty());
     }
 }

@@ -3,13 +3,21 @@
 //!
 //! - Reconcile: validate the providerConfig, render the shoot bundle, apply it as one
 //!   ManagedResource; nothing is written when nothing changed, and nothing at all when the
-//!   configuration is invalid (the applied bundle stays).
-//! - Delete: switch every installer to uninstall (no shims, no RuntimeClasses), wait until the
-//!   DaemonSet reports every node clean (bounded), then delete the ManagedResource. A Shoot that
-//!   is itself being deleted skips the uninstall: its nodes go away.
+//!   configuration is invalid (the applied bundle stays). A bundle that removes objects is
+//!   written only once gardener-resource-manager has recorded the current one.
+//! - Delete: once gardener-resource-manager has recorded the current bundle, switch every
+//!   installer to uninstall (no shims, no RuntimeClasses), wait until the DaemonSet reports every
+//!   node clean (bounded), hand back to gardener-resource-manager whatever it lost track of, then
+//!   delete the ManagedResource. A Shoot that is itself being deleted skips the uninstall: its
+//!   nodes go away.
 //! - ForceDelete: delete the ManagedResource without waiting for anything.
 //! - Migrate: keep the shoot objects (`keepObjects`), delete the ManagedResource, never uninstall.
-//! - Restore: reconcile.
+//! - Restore: reconcile; once gardener-resource-manager has applied the bundle, remove through
+//!   it what the migrated bundle left in the shoot and the restored one no longer holds.
+//!
+//! Why the waits for gardener-resource-manager: it deletes only objects it has recorded, and it
+//! records a pass's objects only at the pass's end; a pass overtaken by the next bundle never
+//! records what it created (`gardener::managed_resource::catch_up`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,11 +26,14 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Api, Client, ResourceExt};
 
 use crate::desired_shims::Rollout;
+use crate::gardener::api::managed_resource::Unhealthy;
 use crate::gardener::api::{ErrorCode, Extension, ManagedResource, Shoot};
 use crate::gardener::error_codes::CodedError;
 use crate::gardener::extension::{Actuator, ActuatorContext, Outcome};
 use crate::gardener::imagevector::{ImageVector, ImageVectorError};
-use crate::gardener::managed_resource;
+use crate::gardener::managed_resource::{self, Manifest, SecretData, catch_up, leftovers};
+use crate::gardener::shoot_client::{ShootClientError, ShootClients};
+use crate::shim::bundle_kinds;
 use crate::shim::config::{self, Catalog, ConfigError, desired, images};
 use crate::shim::render::{self, BundleInput};
 
@@ -34,8 +45,12 @@ pub const ORIGIN: &str = render::names::MANAGED_BY;
 /// Settings of the actuator.
 #[derive(Clone, Debug)]
 pub struct ActuatorSettings {
-    /// How long a delete waits for the nodes to uninstall before it removes the bundle anyway.
+    /// How long a delete waits (for gardener-resource-manager, then for the nodes to uninstall)
+    /// before it removes the bundle anyway.
     pub uninstall_timeout: Duration,
+    /// How long a reconcile or restore waits for gardener-resource-manager to apply the current
+    /// bundle before it writes one that removes objects anyway (the deadline of one reconcile).
+    pub catch_up_timeout: Duration,
     /// How often an operation that waits looks again.
     pub poll_interval: Duration,
 }
@@ -44,6 +59,7 @@ impl Default for ActuatorSettings {
     fn default() -> Self {
         ActuatorSettings {
             uninstall_timeout: Duration::from_secs(10 * 60),
+            catch_up_timeout: Duration::from_secs(3 * 60),
             poll_interval: Duration::from_secs(5),
         }
     }
@@ -55,6 +71,7 @@ pub struct ShimActuator {
     catalog: Arc<Catalog>,
     images: Arc<ImageVector>,
     settings: ActuatorSettings,
+    shoot_clients: ShootClients,
 }
 
 /// Why an operation failed.
@@ -79,6 +96,9 @@ pub enum ShimError {
         #[source]
         source: kube::Error,
     },
+    /// The shoot cannot be looked into for objects left behind.
+    #[error(transparent)]
+    ShootAccess(#[from] ShootClientError),
 }
 
 impl CodedError for ShimError {
@@ -89,6 +109,19 @@ impl CodedError for ShimError {
             _ => Vec::new(),
         }
     }
+}
+
+/// How far writing the install bundle got.
+enum Applied {
+    /// The shoot is hibernated: nothing was written (the wake-up reconcile writes it).
+    Hibernated,
+    /// The bundle would remove objects gardener-resource-manager may not have recorded yet.
+    Waiting(Outcome),
+    /// The bundle is the current one; `written` when it was written just now.
+    Current {
+        manifests: Vec<Manifest>,
+        written: bool,
+    },
 }
 
 impl ShimActuator {
@@ -103,7 +136,14 @@ impl ShimActuator {
             catalog,
             images,
             settings,
+            shoot_clients: ShootClients::default(),
         }
+    }
+
+    /// Shoot clients that send `user_agent` (the manager's, naming this controller).
+    pub fn with_shoot_user_agent(mut self, user_agent: &str) -> Self {
+        self.shoot_clients = ShootClients::new(user_agent);
+        self
     }
 
     fn installer_image(&self) -> Result<String, ShimError> {
@@ -114,35 +154,42 @@ impl ShimActuator {
 
     /// The packed bundle for the Extension's configuration (pure apart from reading the
     /// injected catalog and image vector). Shared with the offline renderer.
-    pub fn install_bundle(
+    pub fn install_bundle(&self, ext: &Extension, shoot: &Shoot) -> Result<SecretData, ShimError> {
+        Ok(managed_resource::pack(self.install_manifests(ext, shoot)?)?)
+    }
+
+    fn install_manifests(
         &self,
         ext: &Extension,
         shoot: &Shoot,
-    ) -> Result<managed_resource::SecretData, ShimError> {
+    ) -> Result<Vec<Manifest>, ShimError> {
         let validated = config::load_spec(&ext.spec, &self.catalog, shoot)?;
         let desired = desired::desired_shims(&validated, &self.images)?;
         let input = BundleInput::install(&validated, desired, &self.installer_image()?, shoot);
-        pack(render::render(&input))
+        Ok(render::render(&input).into_manifests()?)
     }
 
-    fn uninstall_bundle(
+    fn uninstall_manifests(
         &self,
         ext: &Extension,
         shoot: &Shoot,
-    ) -> Result<managed_resource::SecretData, ShimError> {
+    ) -> Result<Vec<Manifest>, ShimError> {
         let (rollout, max_unavailable) = last_rollout(ext);
         let input =
             BundleInput::uninstall(rollout, max_unavailable, &self.installer_image()?, shoot);
-        pack(render::render(&input))
+        Ok(render::render(&input).into_manifests()?)
     }
 
+    /// Writes `data` over `current`, the ManagedResource as just read.
     async fn apply(
         &self,
         namespace: &str,
-        data: &managed_resource::SecretData,
+        current: Option<ManagedResource>,
+        data: &SecretData,
     ) -> Result<bool, ShimError> {
-        Ok(managed_resource::create_or_update_for_shoot(
+        Ok(managed_resource::create_or_update_for_shoot_from(
             &self.client,
+            current,
             namespace,
             MANAGED_RESOURCE,
             ORIGIN,
@@ -166,60 +213,148 @@ impl ShimActuator {
             })
     }
 
+    fn in_progress(&self, description: String) -> Outcome {
+        Outcome::InProgress {
+            description,
+            requeue_after: self.settings.poll_interval,
+        }
+    }
+
     /// Deletes the ManagedResource and reports progress until gardener-resource-manager has
     /// removed it (and with it, unless `keepObjects`, every shoot object).
     async fn delete_bundle(&self, namespace: &str, what: &str) -> Result<Outcome, ShimError> {
         if self.managed_resource(namespace).await?.is_none() {
-            return self.bundle_gone(namespace).await;
+            return Ok(Outcome::Done);
         }
         managed_resource::delete(&self.client, namespace, MANAGED_RESOURCE).await?;
-        Ok(Outcome::InProgress {
-            description: format!(
-                "Waiting until the ManagedResource {MANAGED_RESOURCE} is deleted ({what})"
-            ),
-            requeue_after: self.settings.poll_interval,
-        })
+        Ok(self.in_progress(format!(
+            "Waiting until the ManagedResource {MANAGED_RESOURCE} is deleted ({what})"
+        )))
     }
 
-    /// The ManagedResource is gone: its superseded secrets (an older configuration, the
-    /// install bundle the uninstall bundle replaced) go too, rather than waiting for a garbage
-    /// collector.
-    async fn bundle_gone(&self, namespace: &str) -> Result<Outcome, ShimError> {
-        let deleted =
-            managed_resource::delete_leftover_secrets(&self.client, namespace, MANAGED_RESOURCE)
-                .await?;
-        if deleted > 0 {
-            tracing::info!(namespace = %namespace, deleted, "deleted superseded bundle secrets");
-        }
-        Ok(Outcome::Done)
-    }
-
-    async fn reconcile_bundle(&self, ctx: &ActuatorContext<'_>) -> Result<Outcome, ShimError> {
+    /// Validates and renders the install bundle and writes it, unless it would remove objects
+    /// before gardener-resource-manager has recorded the current bundle.
+    async fn apply_install_bundle(&self, ctx: &ActuatorContext<'_>) -> Result<Applied, ShimError> {
         let namespace = namespace_of(ctx.extension);
         let shoot = ctx.shoot().ok_or_else(|| ShimError::NoShoot {
             namespace: namespace.clone(),
         })?;
         // Validation and rendering come first: an invalid configuration must not touch the
         // bundle that is applied now.
-        let data = self.install_bundle(ctx.extension, shoot)?;
+        let manifests = self.install_manifests(ctx.extension, shoot)?;
         if shoot.hibernation_enabled() {
             // The shoot's API server and resource manager are (being) scaled down; a rollout now
             // would wait for nodes that are gone. The wake-up reconcile applies the change.
             tracing::info!(namespace = %namespace, "shoot is hibernated; leaving the installed bundle as it is");
-            return Ok(Outcome::Done);
+            return Ok(Applied::Hibernated);
         }
-        let written = self.apply(&namespace, &data).await?;
+        let data = managed_resource::pack(manifests.iter().cloned())?;
+        let current = self.managed_resource(&namespace).await?;
+        if let Some(current) = &current
+            && let Some(wait) = self
+                .wait_before_removing(&namespace, current, &manifests, &data)
+                .await?
+        {
+            return Ok(Applied::Waiting(wait));
+        }
+        let written = self.apply(&namespace, current, &data).await?;
         tracing::info!(namespace = %namespace, written, "shoot bundle applied");
-        Ok(Outcome::Done)
+        Ok(Applied::Current { manifests, written })
+    }
+
+    /// `Some(progress)` while writing `next` over `current` would remove objects that
+    /// gardener-resource-manager may have created without recording them. Bounded by the
+    /// catch-up timeout, counted from the write of `current`.
+    async fn wait_before_removing(
+        &self,
+        namespace: &str,
+        current: &ManagedResource,
+        next: &[Manifest],
+        next_data: &SecretData,
+    ) -> Result<Option<Outcome>, ShimError> {
+        let Err(behind) = catch_up::check(current) else {
+            return Ok(None);
+        };
+        let next_secret = next_data.secret_name(MANAGED_RESOURCE);
+        if current
+            .spec
+            .secret_refs
+            .iter()
+            .map(|s| &s.name)
+            .eq([&next_secret])
+        {
+            return Ok(None);
+        }
+        let removing = match managed_resource::referenced_objects(&self.client, current).await? {
+            Some(objects) => {
+                let removed = catch_up::removed(&objects, next.iter().map(Manifest::value));
+                if removed.is_empty() {
+                    return Ok(None);
+                }
+                catch_up::list(&removed)
+            }
+            // A secret of the current bundle is gone: what it held is unknown.
+            None => "objects of the current bundle".to_string(),
+        };
+        let waited = since(catch_up::spec_written_at(current));
+        if waited >= self.settings.catch_up_timeout {
+            tracing::warn!(
+                namespace = %namespace,
+                waited = ?waited,
+                removing = %removing,
+                behind = %behind,
+                "gardener-resource-manager did not catch up in time; removing the objects anyway"
+            );
+            return Ok(None);
+        }
+        Ok(Some(self.in_progress(format!(
+            "Waiting before removing {removing} from the shoot: {behind}"
+        ))))
+    }
+
+    /// The safety net: objects in the shoot that name our ManagedResource as their origin but
+    /// that `bundle` (the bundle gardener-resource-manager has recorded) does not hold are put
+    /// into the bundle, so that it records them; the next write without them, or the deletion of
+    /// the ManagedResource, removes them. `None` when there are none, or when the shoot cannot
+    /// be looked into (no access secret).
+    async fn hand_back_leftovers(
+        &self,
+        namespace: &str,
+        current: &ManagedResource,
+        bundle: &[Manifest],
+    ) -> Result<Option<Outcome>, ShimError> {
+        let Some(shoot) = self.shoot_clients.fresh(&self.client, namespace).await? else {
+            tracing::info!(namespace = %namespace, "no shoot access secret; not looking for objects left behind in the shoot");
+            return Ok(None);
+        };
+        let found = leftovers::find(&shoot, &bundle_kinds::tracked(), current, bundle).await?;
+        if found.is_empty() {
+            return Ok(None);
+        }
+        let names = catch_up::list(&found.iter().map(|l| l.key.clone()).collect::<Vec<_>>());
+        tracing::warn!(
+            namespace = %namespace,
+            objects = %names,
+            "objects in the shoot that gardener-resource-manager lost track of; handing them back to it"
+        );
+        let adopting = bundle
+            .iter()
+            .cloned()
+            .chain(found.into_iter().map(|l| l.manifest));
+        self.apply(
+            namespace,
+            Some(current.clone()),
+            &managed_resource::pack(adopting)?,
+        )
+        .await?;
+        Ok(Some(self.in_progress(format!(
+            "Removing objects that gardener-resource-manager had lost track of: {names}"
+        ))))
     }
 }
 
 fn namespace_of(ext: &Extension) -> String {
     ext.namespace().unwrap_or_default()
-}
-
-fn pack(bundle: render::Bundle) -> Result<managed_resource::SecretData, ShimError> {
-    Ok(managed_resource::pack(bundle.into_manifests()?)?)
 }
 
 /// The restart budget and DaemonSet rollout of the configuration being removed, so uninstalling
@@ -244,20 +379,25 @@ fn last_rollout(ext: &Extension) -> (Rollout, IntOrString) {
     )
 }
 
+/// How long ago `at` was; zero when unknown or in the future.
+fn since(at: Option<jiff::Timestamp>) -> Duration {
+    at.and_then(|t| jiff::Timestamp::now().duration_since(t).try_into().ok())
+        .unwrap_or_default()
+}
+
 /// How long the Extension has been deleted.
 fn deleting_for(ext: &Extension) -> Duration {
-    ext.metadata
-        .deletion_timestamp
-        .as_ref()
-        .and_then(|t| jiff::Timestamp::now().duration_since(t.0).try_into().ok())
-        .unwrap_or_default()
+    since(ext.metadata.deletion_timestamp.as_ref().map(|t| t.0))
 }
 
 impl Actuator for ShimActuator {
     type Error = ShimError;
 
     async fn reconcile(&self, ctx: &ActuatorContext<'_>) -> Result<Outcome, ShimError> {
-        self.reconcile_bundle(ctx).await
+        match self.apply_install_bundle(ctx).await? {
+            Applied::Waiting(wait) => Ok(wait),
+            Applied::Hibernated | Applied::Current { .. } => Ok(Outcome::Done),
+        }
     }
 
     async fn delete(&self, ctx: &ActuatorContext<'_>) -> Result<Outcome, ShimError> {
@@ -267,51 +407,87 @@ impl Actuator for ShimActuator {
                 .delete_bundle(&namespace, "no Shoot to uninstall from")
                 .await;
         };
+        // The shoot and everything in it goes away: nothing is left behind to wait for.
         if shoot.is_being_deleted() {
             return self
                 .delete_bundle(&namespace, "the shoot is being deleted")
                 .await;
         }
         let Some(current) = self.managed_resource(&namespace).await? else {
-            return self.bundle_gone(&namespace).await;
+            return Ok(Outcome::Done);
         };
         if current.metadata.deletion_timestamp.is_some() {
             return self.delete_bundle(&namespace, "uninstalled").await;
         }
+        let waited = deleting_for(ctx.extension);
+        let expired = waited >= self.settings.uninstall_timeout;
+        // The uninstall bundle drops the RuntimeClasses, and deleting the ManagedResource drops
+        // everything: gardener-resource-manager removes only what it has recorded.
+        if let Err(behind) = catch_up::check(&current) {
+            if expired {
+                tracing::warn!(
+                    namespace = %namespace,
+                    waited = ?waited,
+                    behind = %behind,
+                    "gardener-resource-manager did not catch up in time; removing the bundle anyway"
+                );
+                return self
+                    .delete_bundle(
+                        &namespace,
+                        &format!("uninstall timed out after {waited:?}: {behind}"),
+                    )
+                    .await;
+            }
+            return Ok(self.in_progress(format!(
+                "Waiting before removing objects from the shoot: {behind}"
+            )));
+        }
+        let manifests = self.uninstall_manifests(ctx.extension, shoot)?;
         let written = self
-            .apply(&namespace, &self.uninstall_bundle(ctx.extension, shoot)?)
+            .apply(
+                &namespace,
+                Some(current.clone()),
+                &managed_resource::pack(manifests.iter().cloned())?,
+            )
             .await?;
         let state = if written {
-            Err(crate::gardener::api::managed_resource::Unhealthy(
+            Err(Unhealthy(
                 "the uninstall configuration was just applied".to_string(),
             ))
         } else {
             current.check_rolled_out()
         };
-        match state {
-            Ok(()) => self.delete_bundle(&namespace, "every node is clean").await,
-            Err(progress) => {
-                let waited = deleting_for(ctx.extension);
-                if waited >= self.settings.uninstall_timeout {
-                    tracing::warn!(
-                        namespace = %namespace,
-                        waited = ?waited,
-                        progress = %progress,
-                        "nodes did not report clean in time; removing the bundle anyway"
-                    );
-                    return self
-                        .delete_bundle(
-                            &namespace,
-                            &format!("uninstall timed out after {waited:?}: {progress}"),
-                        )
-                        .await;
-                }
-                Ok(Outcome::InProgress {
-                    description: format!("Uninstalling the shims from the nodes: {progress}"),
-                    requeue_after: self.settings.poll_interval,
-                })
+        if let Err(progress) = state {
+            if expired {
+                tracing::warn!(
+                    namespace = %namespace,
+                    waited = ?waited,
+                    progress = %progress,
+                    "nodes did not report clean in time; removing the bundle anyway"
+                );
+                return self
+                    .delete_bundle(
+                        &namespace,
+                        &format!("uninstall timed out after {waited:?}: {progress}"),
+                    )
+                    .await;
             }
+            return Ok(
+                self.in_progress(format!("Uninstalling the shims from the nodes: {progress}"))
+            );
         }
+        match self
+            .hand_back_leftovers(&namespace, &current, &manifests)
+            .await
+        {
+            Ok(Some(handing_back)) => return Ok(handing_back),
+            Ok(None) => {}
+            Err(e) if expired => {
+                tracing::warn!(namespace = %namespace, waited = ?waited, error = %e, "cannot look for objects left behind in the shoot; removing the bundle anyway");
+            }
+            Err(e) => return Err(e),
+        }
+        self.delete_bundle(&namespace, "every node is clean").await
     }
 
     async fn force_delete(&self, ctx: &ActuatorContext<'_>) -> Result<Outcome, ShimError> {
@@ -330,6 +506,53 @@ impl Actuator for ShimActuator {
     }
 
     async fn restore(&self, ctx: &ActuatorContext<'_>) -> Result<Outcome, ShimError> {
-        self.reconcile_bundle(ctx).await
+        let namespace = namespace_of(ctx.extension);
+        let manifests = match self.apply_install_bundle(ctx).await? {
+            Applied::Waiting(wait) => return Ok(wait),
+            Applied::Hibernated => return Ok(Outcome::Done),
+            Applied::Current { written: true, .. } => {
+                return Ok(self.in_progress(
+                    "Waiting until gardener-resource-manager has applied the restored bundle"
+                        .to_string(),
+                ));
+            }
+            Applied::Current { manifests, .. } => manifests,
+        };
+        // The migrated ManagedResource was deleted with keepObjects: what it had applied stayed
+        // in the shoot, recorded nowhere. What the restored bundle does not hold is removed
+        // through it, once gardener-resource-manager has applied it.
+        let Some(current) = self.managed_resource(&namespace).await? else {
+            return Ok(
+                self.in_progress("Waiting until the restored ManagedResource exists".to_string())
+            );
+        };
+        let waited = since(catch_up::spec_written_at(&current));
+        let expired = waited >= self.settings.catch_up_timeout;
+        if let Err(behind) = catch_up::check(&current) {
+            if expired {
+                tracing::warn!(
+                    namespace = %namespace,
+                    waited = ?waited,
+                    behind = %behind,
+                    "gardener-resource-manager did not catch up in time; not looking for objects the migrated bundle left behind"
+                );
+                return Ok(Outcome::Done);
+            }
+            return Ok(self.in_progress(format!(
+                "Waiting before looking for objects the migrated bundle left behind: {behind}"
+            )));
+        }
+        match self
+            .hand_back_leftovers(&namespace, &current, &manifests)
+            .await
+        {
+            Ok(Some(handing_back)) => Ok(handing_back),
+            Ok(None) => Ok(Outcome::Done),
+            Err(e) if expired => {
+                tracing::warn!(namespace = %namespace, waited = ?waited, error = %e, "cannot look for objects the migrated bundle left behind");
+                Ok(Outcome::Done)
+            }
+            Err(e) => Err(e),
+        }
     }
 }

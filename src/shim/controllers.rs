@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures::FutureExt;
 
 use crate::gardener::cache::SharedCaches;
+use crate::gardener::extension::events::OutcomeEvents;
 use crate::gardener::extension::options::ExtensionControllerOptions;
 use crate::gardener::extension::{Context, ControllerMetrics, controller as extension_controller};
 use crate::gardener::healthcheck::config::HealthCheckConfig;
@@ -20,6 +21,7 @@ use crate::gardener::runtime::options::parse_duration;
 use crate::gardener::runtime::{Manager, RuntimeError};
 use crate::shim::actuator::{ActuatorSettings, MANAGED_RESOURCE, ORIGIN, ShimActuator};
 use crate::shim::config::catalog::CatalogError;
+use crate::shim::config::custom_policy::{CustomShimPolicy, PolicyError};
 use crate::shim::config::{Catalog, images};
 use crate::shim::health::VerifiedNodesCheck;
 
@@ -38,6 +40,8 @@ pub const CONTROLLERS: &[&str] = &[
 ];
 /// The User-Agent component of the shared caches' watches.
 pub const CACHE_COMPONENT: &str = "cache";
+/// `reportingController` of the Events this extension records.
+pub const EVENT_REPORTER: &str = "gardener-extension-containerd-shim";
 /// The condition gardenlet aggregates into the Shoot's `SystemComponentsHealthy`.
 pub const SYSTEM_COMPONENTS_HEALTHY: &str = "SystemComponentsHealthy";
 
@@ -52,6 +56,21 @@ pub struct ShimOptions {
     /// installer anyway.
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
     pub uninstall_timeout: Duration,
+
+    /// Whether shoot owners may define custom shims (binaries from a URL or an image of their
+    /// choosing) besides the catalog's.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub allow_custom_shims: bool,
+
+    /// The only hosts custom shims may download from, comma-separated: `example.com`, or
+    /// `*.example.com` for its subdomains. Unset: any https host.
+    #[arg(long, value_name = "HOSTS", value_delimiter = ',')]
+    pub custom_shim_download_hosts: Vec<String>,
+
+    /// The only registries (`ghcr.io`) or repository prefixes (`ghcr.io/example`) custom shims
+    /// may take files from, comma-separated. Unset: any registry.
+    #[arg(long, value_name = "REGISTRIES", value_delimiter = ',')]
+    pub custom_shim_image_registries: Vec<String>,
 }
 
 /// Everything the controllers of this extension are configured with.
@@ -74,17 +93,28 @@ pub enum SetupError {
     Catalog(#[from] CatalogError),
     #[error("image vector: {0}")]
     Images(#[from] ImageVectorError),
+    #[error("the shim catalog names images the image vector cannot give:\n- {}", .0.join("\n- "))]
+    CatalogImages(Vec<String>),
+    #[error("invalid flag: {0}")]
+    CustomShimPolicy(#[from] PolicyError),
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
 }
 
-/// Loads the catalog (with the operator's overlay) and the image vector (with
-/// `IMAGEVECTOR_OVERWRITE`); shared by the controller and the offline renderer.
+/// Loads the catalog (with the operator's overlay and custom-shim rules) and the image vector
+/// (with `IMAGEVECTOR_OVERWRITE`) and checks that every catalog image resolves; shared by the
+/// controller and the offline renderer.
 pub fn load_catalog_and_images(
     shim: &ShimOptions,
 ) -> Result<(Catalog, crate::gardener::imagevector::ImageVector), SetupError> {
-    let catalog = Catalog::load(shim.shim_catalog_overlay.as_deref())?;
+    let mut catalog = Catalog::load(shim.shim_catalog_overlay.as_deref())?;
+    catalog.custom_shims = CustomShimPolicy::new(
+        shim.allow_custom_shims,
+        &shim.custom_shim_download_hosts,
+        &shim.custom_shim_image_registries,
+    )?;
     let images = images::image_vector()?;
+    images::check_catalog_images(&images, &catalog).map_err(SetupError::CatalogImages)?;
     Ok((catalog, images))
 }
 
@@ -123,9 +153,11 @@ pub fn add_controllers(
         images.clone(),
         ActuatorSettings {
             uninstall_timeout: options.shim.uninstall_timeout,
+            catch_up_timeout: options.extension.reconcile_timeout,
             ..ActuatorSettings::default()
         },
-    );
+    )
+    .with_shoot_user_agent(&manager.user_agent(EXTENSION_CONTROLLER));
     let extension_caches = caches.clone();
     manager.add_controller(EXTENSION_CONTROLLER, move |ctx| {
         let synced = ctx.readiness.register("extension-cache");
@@ -133,13 +165,21 @@ pub fn add_controllers(
             metrics: ctx.metrics.clone(),
             controller: EXTENSION_CONTROLLER,
         });
-        let context = Arc::new(Context::new(
+        let events = OutcomeEvents::new(
             ctx.client.clone(),
-            actuator,
-            extension_caches,
-            reconciler_config,
-            observer,
-        ));
+            EVENT_REPORTER,
+            &crate::gardener::runtime::leader::identity(),
+        );
+        let context = Arc::new(
+            Context::new(
+                ctx.client.clone(),
+                actuator,
+                extension_caches,
+                reconciler_config,
+                observer,
+            )
+            .with_events(events),
+        );
         async move {
             let shutdown = ctx.shutdown.clone();
             let leader = {

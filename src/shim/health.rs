@@ -7,7 +7,7 @@
 //! last, without a request.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -15,12 +15,12 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::ListParams;
-use kube::runtime::reflector::Store;
 use kube::{Api, ResourceExt};
 use tokio::sync::broadcast;
 
-use crate::desired_shims::{DesiredShim, READY_LABEL_VALUE, ready_label};
-use crate::gardener::api::Extension;
+use crate::desired_shims::{
+    DesiredShim, FAILURES_ANNOTATION, NODE_FAILURE, READY_LABEL_VALUE, ready_label,
+};
 use crate::gardener::api::cluster::WORKER_POOL_LABEL;
 use crate::gardener::healthcheck::check::{CheckContext, HealthCheck};
 use crate::gardener::healthcheck::result::CheckResult;
@@ -75,15 +75,12 @@ impl VerifiedNodesCheck {
         shims: &[DesiredShim],
     ) -> CheckResult {
         let shims_key = shims_hash(shims);
-        let store = ctx.caches.extensions.store();
-        let extension_type = ctx.extension.spec.type_.as_str();
         let cluster = ctx.cluster.as_ref().map(|c| &c.metadata);
-        let ours = || namespaces_with(store, extension_type);
         // A refused watch is retried once with a client from a freshly read secret.
         for _attempt in 0..2 {
             let client = match self
                 .clients
-                .client_for(&ctx.client, namespace, cluster, &ours)
+                .client_for(&ctx.client, namespace, cluster)
                 .await
             {
                 Ok(Some(client)) => client,
@@ -132,7 +129,7 @@ impl VerifiedNodesCheck {
             Ok(list) => list
                 .items
                 .into_iter()
-                .map(|n| n.labels().clone())
+                .map(|n| NodeView::from_metadata(n.name_any(), n.labels().clone(), n.annotations()))
                 .collect::<Vec<_>>(),
             Err(e) => {
                 if is_refusal(&e) {
@@ -160,16 +157,6 @@ impl VerifiedNodesCheck {
     }
 }
 
-/// The namespaces holding an Extension of `extension_type`.
-fn namespaces_with(store: &Store<Extension>, extension_type: &str) -> HashSet<String> {
-    store
-        .state()
-        .iter()
-        .filter(|e| e.spec.type_ == extension_type)
-        .filter_map(|e| e.namespace())
-        .collect()
-}
-
 fn shims_hash(shims: &[DesiredShim]) -> u64 {
     let mut hasher = DefaultHasher::new();
     serde_json::to_string(shims)
@@ -191,34 +178,95 @@ pub fn selects(shim: &DesiredShim, labels: &BTreeMap<String, String>) -> bool {
             .all(|(k, v)| labels.get(k) == Some(v))
 }
 
-/// The verified/eligible counts per shim and the check result they make (pure).
-pub fn count(shims: &[DesiredShim], nodes: &[BTreeMap<String, String>]) -> CheckResult {
+/// What the health check reads of a node: its name, labels and the failures its installer
+/// published ([`FAILURES_ANNOTATION`]).
+#[derive(Clone, Debug, Default)]
+pub struct NodeView {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub failures: BTreeMap<String, String>,
+}
+
+impl NodeView {
+    pub fn from_metadata(
+        name: String,
+        labels: BTreeMap<String, String>,
+        annotations: &BTreeMap<String, String>,
+    ) -> NodeView {
+        // An annotation that is not ours to parse counts as no failure rather than a failed
+        // check: the labels still tell what is verified.
+        let failures = annotations
+            .get(FAILURES_ANNOTATION)
+            .and_then(|text| serde_json::from_str(text).ok())
+            .unwrap_or_default();
+        NodeView {
+            name,
+            labels,
+            failures,
+        }
+    }
+
+    /// Why installing `shim` failed here, if it did.
+    fn failure(&self, shim: &str) -> Option<&String> {
+        self.failures
+            .get(shim)
+            .or_else(|| self.failures.get(NODE_FAILURE))
+    }
+}
+
+/// The verified/failed/eligible counts per shim and the check result they make (pure). A node
+/// where a shim failed makes the condition `False` at once, naming the node and the error: a
+/// failed node halts the rollout, so waiting helps nobody.
+pub fn count(shims: &[DesiredShim], nodes: &[NodeView]) -> CheckResult {
     let mut lagging = false;
     let mut parts = Vec::new();
+    let mut failures = Vec::new();
     for shim in shims {
         let eligible: Vec<_> = nodes
             .iter()
-            .filter(|labels| selects(shim, labels))
+            .filter(|node| selects(shim, &node.labels))
             .collect();
         let verified = eligible
             .iter()
-            .filter(|labels| {
-                labels.get(&ready_label(&shim.handler)).map(String::as_str)
+            .filter(|node| {
+                node.labels
+                    .get(&ready_label(&shim.handler))
+                    .map(String::as_str)
                     == Some(READY_LABEL_VALUE)
             })
             .count();
+        let failed: Vec<String> = eligible
+            .iter()
+            .filter_map(|node| {
+                node.failure(&shim.name)
+                    .map(|error| format!("{} on {}: {error}", shim.name, node.name))
+            })
+            .collect();
         lagging |= verified < eligible.len();
-        parts.push(format!(
+        // A node is verified, failed, or still pending (its installer has not finished, or
+        // the rollout has not reached it yet).
+        let pending = eligible.len().saturating_sub(verified + failed.len());
+        let mut part = format!(
             "{}: {verified}/{} nodes verified",
             shim.name,
             eligible.len()
-        ));
+        );
+        if pending > 0 {
+            part.push_str(&format!(", {pending} pending"));
+        }
+        if !failed.is_empty() {
+            part.push_str(&format!(", {} failed", failed.len()));
+        }
+        parts.push(part);
+        failures.extend(failed);
     }
     if parts.is_empty() {
         return CheckResult::Successful;
     }
-    let detail = parts.join(", ");
-    if lagging {
+    let detail = parts.join("; ");
+    if !failures.is_empty() {
+        CheckResult::unsuccessful(format!("{detail}. Failed: {}", failures.join("; ")))
+    } else if lagging {
         CheckResult::progressing(detail, Some(ROLLOUT_THRESHOLD))
     } else {
         CheckResult::SuccessfulWithNote { note: detail }
@@ -290,13 +338,17 @@ mod tests {
         }
     }
 
-    fn node(pool: &str, extra: &[(&str, &str)]) -> BTreeMap<String, String> {
+    fn node(pool: &str, extra: &[(&str, &str)]) -> NodeView {
         let mut labels: BTreeMap<String, String> = extra
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         labels.insert(WORKER_POOL_LABEL.into(), pool.into());
-        labels
+        NodeView {
+            name: format!("node-{pool}"),
+            labels,
+            failures: BTreeMap::new(),
+        }
     }
 
     #[test]
@@ -322,7 +374,10 @@ mod tests {
             CheckResult::Progressing {
                 detail, threshold, ..
             } => {
-                assert_eq!(detail, "spin: 1/2 nodes verified, wamr: 1/1 nodes verified");
+                assert_eq!(
+                    detail,
+                    "spin: 1/2 nodes verified, 1 pending; wamr: 1/1 nodes verified"
+                );
                 assert_eq!(threshold, Some(ROLLOUT_THRESHOLD));
             }
             other => panic!("{other:?}"),
@@ -346,5 +401,56 @@ mod tests {
             }
         );
         assert_eq!(count(&[], &nodes), CheckResult::Successful);
+    }
+
+    #[test]
+    fn a_failed_node_is_named_with_its_error() {
+        let shims = [shim("crun", &["a"], &[]), shim("spin", &["a"], &[])];
+        let annotations = BTreeMap::from([(
+            FAILURES_ANNOTATION.to_string(),
+            r#"{"crun":"containerd did not start the sandbox"}"#.to_string(),
+        )]);
+        let failed = NodeView::from_metadata("node-1".into(), node("a", &[]).labels, &annotations);
+        let verified = node(
+            "a",
+            &[
+                ("containerd-shim.extensions.gardener.cloud/crun", "ready"),
+                ("containerd-shim.extensions.gardener.cloud/spin", "ready"),
+            ],
+        );
+        match count(&shims, &[failed.clone(), verified.clone()]) {
+            CheckResult::Unsuccessful { detail, .. } => assert_eq!(
+                detail,
+                "crun: 1/2 nodes verified, 1 failed; spin: 1/2 nodes verified, 1 pending. \
+                 Failed: crun on node-1: containerd did not start the sandbox"
+            ),
+            other => panic!("{other:?}"),
+        }
+        // A failure of the node as a whole is every shim's there.
+        let whole = NodeView::from_metadata(
+            "node-1".into(),
+            node("a", &[]).labels,
+            &BTreeMap::from([(
+                FAILURES_ANNOTATION.to_string(),
+                r#"{"*":"CRI disabled"}"#.to_string(),
+            )]),
+        );
+        match count(&shims, &[whole, verified.clone()]) {
+            CheckResult::Unsuccessful { detail, .. } => {
+                assert!(detail.contains("crun on node-1: CRI disabled"), "{detail}");
+                assert!(detail.contains("spin on node-1: CRI disabled"), "{detail}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // A garbled annotation is no failure.
+        let garbled = NodeView::from_metadata(
+            "node-1".into(),
+            node("a", &[]).labels,
+            &BTreeMap::from([(FAILURES_ANNOTATION.to_string(), "nope".to_string())]),
+        );
+        assert!(matches!(
+            count(&shims, &[garbled, verified]),
+            CheckResult::Progressing { .. }
+        ));
     }
 }

@@ -2,6 +2,7 @@
 //! actuator that the [`crate::gardener`] framework drives.
 
 pub mod actuator;
+pub mod bundle_kinds;
 pub mod config;
 pub mod controllers;
 pub mod health;

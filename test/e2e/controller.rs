@@ -3,6 +3,7 @@
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -39,6 +40,16 @@ async fn the_binary_converges_an_extension_and_reports_its_health() {
         .expect("create Extension");
     let ts = gardenlet::request_reconcile(&extensions, "containerd-shim").await;
     gardenlet::wait_ready(&extensions, "containerd-shim", Some(&ts)).await;
+    let events: Api<Event> = Api::namespaced(c.seed.clone(), &ns);
+    let succeeded = wait_event(&events, "ReconcileSucceeded", |_| true).await;
+    assert_eq!(succeeded.type_.as_deref(), Some("Normal"));
+    let regarding = succeeded.regarding.clone().unwrap_or_default();
+    assert_eq!(regarding.kind.as_deref(), Some("Extension"));
+    assert_eq!(regarding.name.as_deref(), Some("containerd-shim"));
+    assert_eq!(
+        succeeded.reporting_controller.as_deref(),
+        Some("gardener-extension-containerd-shim")
+    );
 
     support::bundles::wait_runtime_class(&c.shoot, "wasmtime").await;
     wait_condition(&extensions, &[ConditionStatus::True], "").await;
@@ -112,11 +123,67 @@ async fn the_binary_converges_an_extension_and_reports_its_health() {
         .expect("the operation metric");
     assert!(succeeded >= 1.0, "{succeeded}");
 
+    // A failing operation is a Warning event with the error; its retries count up the same
+    // event's series instead of creating new objects.
+    let bad = json!({"apiVersion": "containerd-shim.extensions.gardener.cloud/v1alpha1",
+                     "kind": "ContainerdShimConfig", "shims": [{"name": "no-such-shim"}]});
+    extensions
+        .patch(
+            "containerd-shim",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"providerConfig": bad}})),
+        )
+        .await
+        .expect("patch providerConfig");
+    gardenlet::request_reconcile(&extensions, "containerd-shim").await;
+    let failed = wait_event(&events, "ReconcileFailed", |e| {
+        e.series.as_ref().is_some_and(|s| s.count >= 2)
+    })
+    .await;
+    assert_eq!(failed.type_.as_deref(), Some("Warning"));
+    let note = failed.note.clone().unwrap_or_default();
+    assert!(
+        note.contains("providerConfig.shims[0].name") && note.contains("no-such-shim"),
+        "{note}"
+    );
+    let all = events.list(&Default::default()).await.expect("list events");
+    let failures = all
+        .items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("ReconcileFailed"))
+        .count();
+    assert_eq!(failures, 1, "repeats are one event with a series");
+
     // Leave nothing behind for the next test: deleting the Extension uninstalls from the
     // simulated nodes (whose "kubelets" are still running) and removes the bundle.
     gardenlet::delete(&extensions, "containerd-shim").await;
     gardenlet::wait_deleted(&extensions, "containerd-shim").await;
+    wait_event(&events, "DeleteSucceeded", |_| true).await;
     nodes::delete_simulated_nodes(&c.shoot).await;
+}
+
+/// The Event with `reason` about the Extension once `accept` takes it.
+async fn wait_event(events: &Api<Event>, reason: &str, accept: impl Fn(&Event) -> bool) -> Event {
+    support::poll::until(
+        &format!("an Event {reason}"),
+        support::poll::DEFAULT_TIMEOUT,
+        || async {
+            let list = events
+                .list(&Default::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            let seen: Vec<String> = list
+                .items
+                .iter()
+                .map(|e| format!("{:?}", e.reason))
+                .collect();
+            list.items
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some(reason) && accept(e))
+                .ok_or_else(|| format!("events: {seen:?}"))
+        },
+    )
+    .await
 }
 
 async fn wait_condition(extensions: &Api<Extension>, status: &[ConditionStatus], message: &str) {

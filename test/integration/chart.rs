@@ -183,6 +183,8 @@ fn default_values_render_a_complete_secure_deployment_without_gardener_values() 
     assert!(!args.iter().any(|a| a.starts_with("--gardener-version")));
     assert!(!args.iter().any(|a| a.starts_with("--shim-catalog-overlay")));
     assert!(!args.iter().any(|a| a.starts_with("--disable-controllers")));
+    assert!(args.contains(&"--allow-custom-shims=true".to_string()));
+    assert!(!args.iter().any(|a| a.starts_with("--custom-shim-")));
     assert_binary_accepts(&args);
     let leader_ns =
         env_var(&objects, "LEADER_ELECTION_NAMESPACE").expect("LEADER_ELECTION_NAMESPACE");
@@ -212,6 +214,11 @@ fn default_values_render_a_complete_secure_deployment_without_gardener_values() 
     assert_eq!(labels["networking.gardener.cloud/to-dns"], "allowed");
     assert_eq!(
         labels["networking.gardener.cloud/to-runtime-apiserver"],
+        "allowed"
+    );
+    // The health check and the uninstall read each shoot's API server.
+    assert_eq!(
+        labels["networking.resources.gardener.cloud/to-all-shoots-kube-apiserver-tcp-443"],
         "allowed"
     );
     let annotations = &pod["metadata"]["annotations"];
@@ -450,13 +457,24 @@ fn catalog_overlay_as_a_map_and_disabled_controllers_reach_the_binary() {
     let values = values_file(
         &dir,
         "values.yaml",
-        "shimCatalog:\n  shims:\n    wamr: null\n    spin:\n      defaultVersion: v0.22.0\n\
+        "shimCatalog:\n  shims:\n    wamr: null\n    spin:\n      defaultVersion: v0.24.0\n\
          disableControllers: [healthcheck]\nvpa:\n  enabled: false\n\
+         customShims:\n  allowed: false\n  downloadHosts: [github.com, '*.example.com']\n  imageRegistries: [ghcr.io/example]\n\
          image:\n  repository: registry.example.com/ext\n  tag: sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\n",
     );
     let objects = helm::template(RELEASE, NAMESPACE, &[values.as_path()]);
     let args = args(&objects);
     assert!(args.contains(&"--disable-controllers=healthcheck".to_string()));
+    for flag in [
+        "--allow-custom-shims=false",
+        "--custom-shim-download-hosts=github.com,*.example.com",
+        "--custom-shim-image-registries=ghcr.io/example",
+    ] {
+        assert!(
+            args.contains(&flag.to_string()),
+            "{flag} missing in {args:?}"
+        );
+    }
     assert_binary_accepts(&args);
     assert!(
         !helm::kinds(&objects)

@@ -12,9 +12,9 @@ use std::process::Command;
 
 use gardener_extension_containerd_shim::desired_shims::OptionValue;
 use gardener_extension_containerd_shim::installer::containerd::{
-    ConfigError, ContainerdVersion, DumpOutput, ExpectedRuntime, HostRoot, ManagedKey, Ownership,
-    Plan, RuntimeEntry, Validation, WriteStrategy, check_dump, dump_command, locate, plan_install,
-    plan_uninstall,
+    ConfigError, ContainerdVersion, DumpOutput, EffectiveConfig, ExpectedRuntime, HostRoot,
+    ManagedKey, Ownership, Plan, RuntimeEntry, Validation, WriteStrategy, check_dump, dump_command,
+    locate, plan_install, plan_install_keeping, plan_uninstall,
 };
 use toml_edit::DocumentMut;
 
@@ -355,11 +355,7 @@ fn runtimes() -> Vec<RuntimeEntry> {
 /// real binary, rolling back on failure.
 fn apply_and_validate(root: &HostRoot, plan: &Plan, binary: &Path) -> Result<(), ConfigError> {
     for backup in &plan.backups {
-        std::fs::copy(
-            root.resolve(&backup.source),
-            root.resolve(&backup.destination),
-        )
-        .unwrap();
+        std::fs::write(root.resolve(&backup.destination), &backup.content).unwrap();
     }
     for write in &plan.writes {
         let path = root.resolve(&write.path);
@@ -459,4 +455,81 @@ fn validation_catches_an_overriding_drop_in() {
         ),
         "{err}"
     );
+}
+
+/// Debian's packaged containerd config defines no runtime, and containerd 1.x fills in its
+/// default `runc` only while no file defines one. The plan, given the real effective
+/// configuration, writes `runc` out; the comparison of the real dumps before and after proves
+/// that nothing but our runtimes changed. Without the kept runtime, the same candidate is
+/// refused by that comparison, although `config dump` itself succeeds on it.
+#[test]
+fn the_default_runtime_of_a_file_without_runtimes_survives_on_containerd_1() {
+    let debian = "version = 2\n\n[plugins]\n  [plugins.\"io.containerd.grpc.v1.cri\"]\n    [plugins.\"io.containerd.grpc.v1.cri\".cni]\n      bin_dir = \"/usr/lib/cni\"\n      conf_dir = \"/etc/cni/net.d\"\n  [plugins.\"io.containerd.internal.v1.opt\"]\n    path = \"/var/lib/containerd/opt\"\n";
+    let binary = containerd(1);
+    let version = ContainerdVersion::new(1, 6, 20);
+    for keep in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let root = HostRoot::new(dir.path());
+        let main = root.resolve(Path::new("/etc/containerd/config.toml"));
+        std::fs::create_dir_all(main.parent().unwrap()).unwrap();
+        std::fs::write(&main, debian).unwrap();
+        let baseline = dump(&binary, &main);
+        assert_eq!(baseline.exit_code, Some(0), "{}", baseline.stderr);
+        let effective = EffectiveConfig::parse(&main, version, &baseline.stdout).unwrap();
+        assert_eq!(effective.runtime_handlers(), ["runc"]);
+
+        let target = locate(&root, version, None).unwrap();
+        let ours = runtimes().iter().map(|r| r.handler.clone()).collect();
+        let kept = effective.runtimes_to_keep(&ours);
+        let mut plan = plan_install_keeping(
+            &root,
+            &target,
+            &runtimes(),
+            &Ownership::default(),
+            keep.then_some(kept.as_slice()),
+        )
+        .unwrap();
+        plan.validation.as_mut().unwrap().baseline = Some(baseline.stdout.clone());
+        let result = apply_and_validate(&root, &plan, &binary);
+        if keep {
+            result.unwrap_or_else(|err| panic!("with runc kept: {err}"));
+            let uninstall = plan_uninstall(&root, version, &plan.ownership).unwrap();
+            apply_and_validate(&root, &uninstall, &binary).unwrap();
+            assert_eq!(std::fs::read_to_string(&main).unwrap(), debian);
+        } else {
+            let err = result.unwrap_err();
+            assert!(
+                matches!(&err, ConfigError::ForeignSettingsChanged { changes, .. }
+                    if changes.iter().any(|c| c.contains("containerd.runtimes.runc."))),
+                "{err}"
+            );
+        }
+    }
+}
+
+/// containerd 1.6.0–1.6.20 ignore `runtime_path`: there the shim's path is its runtime type,
+/// and the real containerd 1.6 accepts and shows it where the CRI plugin reads it.
+#[test]
+fn the_shim_path_as_runtime_type_passes_containerd_1_6() {
+    let binary = containerd(1);
+    let version = ContainerdVersion::new(1, 6, 20);
+    let dir = tempfile::tempdir().unwrap();
+    let root = HostRoot::new(dir.path());
+    let main = root.resolve(Path::new("/etc/containerd/config.toml"));
+    std::fs::create_dir_all(main.parent().unwrap()).unwrap();
+    std::fs::write(&main, "version = 2\n").unwrap();
+    let runtimes: Vec<RuntimeEntry> = runtimes()
+        .into_iter()
+        .map(|r| r.for_containerd(version))
+        .collect();
+    assert_eq!(runtimes[0].managed_key, ManagedKey::RuntimeType);
+    let target = locate(&root, version, None).unwrap();
+    let plan = plan_install(&root, &target, &runtimes, &Ownership::default()).unwrap();
+    apply_and_validate(&root, &plan, &binary).unwrap_or_else(|err| panic!("{err}"));
+    let text = std::fs::read_to_string(&main).unwrap();
+    assert!(
+        text.contains("runtime_type = \"/var/lib/containerd-shim/bin/containerd-shim-spin-v2\""),
+        "{text}"
+    );
+    assert!(!text.contains("runtime_path"), "{text}");
 }

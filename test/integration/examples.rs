@@ -184,9 +184,14 @@ fn render_prints_the_example_bundle() {
     let objects: Vec<Value> = serde_saphyr::from_multiple(&stdout)
         .unwrap_or_else(|e| panic!("render printed no YAML stream: {e}\n{stdout}"));
     let kinds = crate::support::objects::kinds(&objects);
+    assert!(
+        kinds
+            .iter()
+            .any(|k| k.starts_with("ConfigMap/containerd-shim-installer-")),
+        "the desired set's ConfigMap is missing from {kinds:?}"
+    );
     for expected in [
-        "ConfigMap/containerd-shim-installer",
-        "DaemonSet/containerd-shim-installer",
+        "DaemonSet/containerd-shim-installer-worker-a",
         "ServiceAccount/containerd-shim-installer",
         "RuntimeClass/gvisor",
         "RuntimeClass/wasmtime",

@@ -607,6 +607,63 @@ async fn changed_objects_move_to_a_new_secret() {
     );
 }
 
+/// A caller that has just read the ManagedResource hands it over; when that read is stale (the
+/// object changed, or appeared, since), the write conflicts and is done again on a fresh read.
+#[tokio::test]
+async fn a_stale_read_handed_over_is_read_again() {
+    let f = Fixture::new("mr-from").await;
+    let v1 = f.config_map("handed", &[("version", "1")]);
+    let data1 = bundle(&[Manifest::from_resource(&v1).unwrap()]);
+    // Read as absent, then someone created it: the create meets AlreadyExists.
+    mr::create_or_update_for_shoot(&f.c.seed, &f.ns, MR_NAME, ORIGIN, false, &data1)
+        .await
+        .expect("create");
+    let v2 = f.config_map("handed", &[("version", "2")]);
+    let data2 = bundle(&[Manifest::from_resource(&v2).unwrap()]);
+    assert!(
+        mr::create_or_update_for_shoot_from(&f.c.seed, None, &f.ns, MR_NAME, ORIGIN, false, &data2)
+            .await
+            .expect("update after an absent read")
+    );
+    let after = f.mr().await;
+    assert_eq!(after.spec.secret_refs[0].name, data2.secret_name(MR_NAME));
+
+    // Read, then changed by someone else: the update meets a conflict.
+    let stale = f.mr().await;
+    f.mrs()
+        .patch(
+            MR_NAME,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"labels": {"team": "other"}}})),
+        )
+        .await
+        .expect("a foreign change");
+    let v3 = f.config_map("handed", &[("version", "3")]);
+    let data3 = bundle(&[Manifest::from_resource(&v3).unwrap()]);
+    assert!(
+        mr::create_or_update_for_shoot_from(
+            &f.c.seed,
+            Some(stale),
+            &f.ns,
+            MR_NAME,
+            ORIGIN,
+            false,
+            &data3
+        )
+        .await
+        .expect("update after a stale read")
+    );
+    let after = f.mr().await;
+    assert_eq!(after.spec.secret_refs[0].name, data3.secret_name(MR_NAME));
+    assert_eq!(
+        after.labels().get("team").map(String::as_str),
+        Some("other"),
+        "the foreign change survives"
+    );
+    f.shoot_config_map_with("handed", v3.data.as_ref().unwrap())
+        .await;
+}
+
 /// T9d, migration: keepObjects is set before the delete, so the shoot objects stay.
 #[tokio::test]
 async fn keep_objects_then_delete_leaves_the_shoot_objects() {
@@ -616,6 +673,18 @@ async fn keep_objects_then_delete_leaves_the_shoot_objects() {
     mr::create_or_update_for_shoot(&f.c.seed, &f.ns, MR_NAME, ORIGIN, false, &data)
         .await
         .expect("create");
+    mr::wait_until_healthy(&f.c.seed, &f.ns, MR_NAME, fast())
+        .await
+        .expect("healthy");
+    f.shoot_config_map_with("kept", cm.data.as_ref().unwrap())
+        .await;
+
+    // A second bundle supersedes the first secret; deleting the ManagedResource deletes both.
+    let cm = f.config_map("kept", &[("k", "v2")]);
+    let data = bundle(&[Manifest::from_resource(&cm).unwrap()]);
+    mr::create_or_update_for_shoot(&f.c.seed, &f.ns, MR_NAME, ORIGIN, false, &data)
+        .await
+        .expect("update");
     mr::wait_until_healthy(&f.c.seed, &f.ns, MR_NAME, fast())
         .await
         .expect("healthy");
@@ -639,7 +708,7 @@ async fn keep_objects_then_delete_leaves_the_shoot_objects() {
             .expect("list")
             .items
             .is_empty(),
-        "the secrets are deleted with the ManagedResource"
+        "the secrets, the superseded one too, are deleted with the ManagedResource"
     );
     let kept = f
         .shoot_config_maps()

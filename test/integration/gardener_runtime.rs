@@ -669,6 +669,38 @@ async fn t10d_invalid_flags_and_busy_ports_are_start_up_errors() {
         );
     }
 
+    // The catalog and its images are checked before anything runs: an overlay version whose
+    // image the image vector does not have stops the process, naming entry, version and image.
+    let overlay = dir.path().join("catalog-overlay.yaml");
+    std::fs::write(
+        &overlay,
+        "shims:\n  spin:\n    versions:\n      v9.9.9:\n        image: containerd-shim-spin-nonexistent\n",
+    )
+    .unwrap_or_else(|e| panic!("write overlay: {e}"));
+    let (status, stderr) = run_to_exit(&base(&[&format!(
+        "--shim-catalog-overlay={}",
+        overlay.display()
+    )]))
+    .await;
+    assert!(
+        !status.success(),
+        "a missing catalog image must fail, got {status}"
+    );
+    assert!(
+        stderr.contains("catalog.shims[spin].versions[v9.9.9]")
+            && stderr.contains("containerd-shim-spin-nonexistent"),
+        "{stderr}"
+    );
+    let (status, stderr) = run_to_exit(&base(&[
+        "--custom-shim-download-hosts=github.com,https://evil.example",
+    ]))
+    .await;
+    assert!(!status.success(), "a URL as a host must fail, got {status}");
+    assert!(
+        stderr.contains("--custom-shim-download-hosts") && stderr.contains("https://evil.example"),
+        "{stderr}"
+    );
+
     let (status, stderr) = run_to_exit(&base(&["--heartbeat-renew-interval-seconds=0"])).await;
     assert_eq!(status.code(), Some(2), "{stderr}");
     assert!(

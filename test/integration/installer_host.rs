@@ -292,6 +292,53 @@ async fn uninstall_keeps_binaries_running_shims_use_until_they_stop() {
     assert_eq!(node.host.restarts(), 2);
 }
 
+/// A shim removed while pods of its handler exist: its label and runtime table go at once, its
+/// files stay (containerd needs them to stop those pods) and the node stays ready for the other
+/// shims; once the pods are gone, the files go. An uninstall is not done before that.
+#[tokio::test]
+async fn a_removed_shim_keeps_its_files_while_pods_of_its_handler_exist() {
+    let mut node = TestNode::new(2, Some(&corpus("v2-gardener.toml")));
+    let spin = spin("v0.22.0");
+    let gvisor = gvisor("20250101");
+    node.stage_shim(&spin);
+    node.stage_shim(&gvisor);
+    node.installer
+        .run(&desired(vec![spin.clone(), gvisor.clone()]))
+        .await
+        .unwrap();
+    node.host.set_sandboxes("spin", 2);
+
+    let outcome = node
+        .installer
+        .run(&desired(vec![gvisor.clone()]))
+        .await
+        .unwrap();
+    assert!(outcome.status.ready, "{:?}", outcome.status);
+    assert!(
+        outcome
+            .status
+            .message
+            .contains("shim spin stays while 2 pod(s)"),
+        "{}",
+        outcome.status.message
+    );
+    assert!(!node.cluster.labels().contains_key(&ready_label("spin")));
+    assert!(!loaded_has(&node, "runtimes.spin"), "spin's table is gone");
+    assert!(node.current("spin").is_some(), "spin's files stay");
+    assert_eq!(node.versions("spin").len(), 1);
+
+    // Deleting the extension waits for those pods too.
+    let outcome = node.installer.run(&uninstall()).await.unwrap();
+    assert!(!outcome.status.ready, "{:?}", outcome.status);
+    assert!(node.current("spin").is_some());
+
+    node.host.set_sandboxes("spin", 0);
+    let outcome = node.installer.run(&uninstall()).await.unwrap();
+    assert!(outcome.status.ready, "{:?}", outcome.status);
+    assert!(node.current("spin").is_none() && node.versions("spin").is_empty());
+    assert!(node.state().is_none(), "state file removed once clean");
+}
+
 #[tokio::test]
 async fn node_selection_follows_labels() {
     let mut node = TestNode::new(2, Some(&corpus("v4-default.toml")));
@@ -669,7 +716,9 @@ async fn a_lost_state_file_is_recovered_by_adoption() {
         node.installer.run(&want).await.unwrap();
         // What a lost state file cannot tell: when we last restarted containerd, which
         // directories we created (an empty drop-in directory then stays after uninstall), and
-        // a config file's bytes before our first edit (uninstall then removes exactly our keys).
+        // a config file's bytes before our first edit (uninstall then removes exactly our keys)
+        // with the backup we wrote of them (uninstall removes it when it means what the file
+        // means without our keys).
         let without_restart_time = |node: &TestNode| {
             let mut tree = node.normalized();
             let key = format!("{STATE_DIR}/state.json");
@@ -683,6 +732,7 @@ async fn a_lost_state_file_is_recovered_by_adoption() {
                 {
                     for file in files {
                         file.as_object_mut().unwrap().remove("original");
+                        file.as_object_mut().unwrap().remove("backup");
                     }
                 }
                 tree.insert(

@@ -17,3 +17,4 @@ mod installer_download;
 mod installer_host;
 mod request_budget;
 mod shim_lifecycle;
+mod shim_removal_races;

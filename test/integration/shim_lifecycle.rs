@@ -30,31 +30,35 @@ use crate::support::{self, gardenlet, nodes, objects, poll};
 
 pub(crate) static SHOOT: Mutex<()> = Mutex::const_new(());
 
-const INSTALLER: &str = "containerd-shim-installer";
+/// The installer DaemonSet of the tests' worker pool `worker-a`.
+const INSTALLER: &str = "containerd-shim-installer-worker-a";
 const INSTALLER_SELECTOR: &str = "app.kubernetes.io/name=containerd-shim-installer";
 
-fn config(shims: Value) -> Value {
+pub(crate) fn config(shims: Value) -> Value {
     json!({"apiVersion": "containerd-shim.extensions.gardener.cloud/v1alpha1", "kind": "ContainerdShimConfig", "shims": shims})
 }
 
-struct Fixture {
+/// One test's turn on the shoot: its shoot namespace with a Cluster, and the real controller
+/// with the real actuator watching it.
+pub(crate) struct Fixture {
     _turn: MutexGuard<'static, ()>,
-    seed: Client,
-    shoot: Client,
-    ns: String,
-    api: Api<Extension>,
+    pub(crate) env: support::Env,
+    pub(crate) seed: Client,
+    pub(crate) shoot: Client,
+    pub(crate) ns: String,
+    pub(crate) api: Api<Extension>,
     _controller: RunningController,
 }
 
 /// Removes what earlier tests may have left in the shoot: their ManagedResources (which would
 /// fight ours over the same objects) and simulated nodes.
 pub(crate) async fn clean_shoot(seed: &Client, shoot: &Client) {
-    crate::support::bundles::remove_shim_bundles(seed).await;
+    crate::support::bundles::remove_shim_bundles(seed, shoot).await;
     nodes::delete_simulated_nodes(shoot).await;
 }
 
 impl Fixture {
-    async fn new(test: &str, settings: ActuatorSettings, shoot_json: Value) -> Fixture {
+    pub(crate) async fn new(test: &str, settings: ActuatorSettings, shoot_json: Value) -> Fixture {
         let turn = SHOOT.lock().await;
         let c = support::Clusters::connect().await;
         clean_shoot(&c.seed, &c.shoot).await;
@@ -77,6 +81,7 @@ impl Fixture {
         .await;
         Fixture {
             _turn: turn,
+            env: c.env,
             api: Api::namespaced(c.seed.clone(), &ns),
             seed: c.seed,
             shoot: c.shoot,
@@ -89,7 +94,7 @@ impl Fixture {
         Fixture::new(test, fast_settings(), objects::shoot(test)).await
     }
 
-    async fn create(&self, provider_config: Value) {
+    pub(crate) async fn create(&self, provider_config: Value) {
         self.api
             .create(
                 &PostParams::default(),
@@ -99,7 +104,7 @@ impl Fixture {
             .expect("create Extension");
     }
 
-    async fn set_config(&self, provider_config: Value) -> String {
+    pub(crate) async fn set_config(&self, provider_config: Value) -> String {
         self.api
             .patch(
                 "containerd-shim",
@@ -111,11 +116,11 @@ impl Fixture {
         gardenlet::request_reconcile(&self.api, "containerd-shim").await
     }
 
-    async fn ready(&self, ts: Option<&str>) -> Extension {
+    pub(crate) async fn ready(&self, ts: Option<&str>) -> Extension {
         gardenlet::wait_ready(&self.api, "containerd-shim", ts).await
     }
 
-    async fn managed_resource(&self) -> Option<ManagedResource> {
+    pub(crate) async fn managed_resource(&self) -> Option<ManagedResource> {
         Api::<ManagedResource>::namespaced(self.seed.clone(), &self.ns)
             .get_opt(MANAGED_RESOURCE)
             .await
@@ -133,9 +138,17 @@ impl Fixture {
         managed_resource::decode_secret(&secret).expect("decode bundle")
     }
 
+    /// The desired set the DaemonSet's pod template mounts (a content-named ConfigMap).
     async fn shoot_desired(&self) -> Option<DesiredShims> {
+        let template = self.daemon_set().await?.spec?.template.spec?;
+        let name = template
+            .volumes?
+            .into_iter()
+            .find(|v| v.name == "desired")?
+            .config_map?
+            .name;
         let cm = Api::<ConfigMap>::namespaced(self.shoot.clone(), "kube-system")
-            .get_opt(INSTALLER)
+            .get_opt(&name)
             .await
             .expect("get CM")?;
         let text = cm.data?.get("desired-shims.json")?.clone();
@@ -172,14 +185,15 @@ impl Fixture {
             .expect("get DaemonSet")
     }
 
-    async fn gone(&self) {
+    pub(crate) async fn gone(&self) {
         gardenlet::wait_deleted(&self.api, "containerd-shim").await;
     }
 }
 
-fn fast_settings() -> ActuatorSettings {
+pub(crate) fn fast_settings() -> ActuatorSettings {
     ActuatorSettings {
         uninstall_timeout: Duration::from_secs(300),
+        catch_up_timeout: Duration::from_secs(60),
         poll_interval: Duration::from_millis(500),
     }
 }
@@ -193,18 +207,27 @@ async fn bundle_reaches_the_shoot_and_passes_gardenlets_check() {
     let mr = f.managed_resource().await.expect("ManagedResource");
     assert_eq!(mr.labels().get("origin").map(String::as_str), Some(ORIGIN));
     assert_eq!(mr.spec.class, None);
+    let kinds = objects::kinds(&f.bundle().await);
+    // The desired set's ConfigMap is named by its content.
+    let config_map = kinds
+        .iter()
+        .find(|k| k.starts_with("ConfigMap/containerd-shim-installer-"))
+        .cloned()
+        .unwrap_or_else(|| panic!("no desired-set ConfigMap in {kinds:?}"));
     assert_eq!(
-        objects::kinds(&f.bundle().await),
+        kinds,
         [
             "ClusterRole/extensions.gardener.cloud:containerd-shim:installer",
             "ClusterRoleBinding/extensions.gardener.cloud:containerd-shim:installer",
-            "ConfigMap/containerd-shim-installer",
-            "DaemonSet/containerd-shim-installer",
+            config_map.as_str(),
+            "DaemonSet/containerd-shim-installer-worker-a",
             "Role/containerd-shim-installer",
             "RoleBinding/containerd-shim-installer",
             "RuntimeClass/wasmtime-spin-v2",
             "ServiceAccount/containerd-shim-installer",
+            "ValidatingAdmissionPolicy/containerd-shim-installer-leases.extensions.gardener.cloud",
             "ValidatingAdmissionPolicy/containerd-shim-installer-node-labels.extensions.gardener.cloud",
+            "ValidatingAdmissionPolicyBinding/containerd-shim-installer-leases.extensions.gardener.cloud",
             "ValidatingAdmissionPolicyBinding/containerd-shim-installer-node-labels.extensions.gardener.cloud",
         ]
     );
@@ -684,6 +707,54 @@ fn forbidden<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> Result<Strin
 #[tokio::test]
 async fn the_installer_may_only_label_its_own_node_and_use_its_restart_slots() {
     let f = Fixture::default("shim-rbac").await;
+    installer_is_confined(f).await;
+}
+
+/// A 1.29 Shoot that switched on the beta policy API and the node binding of tokens gets the
+/// same two policies as `admissionregistration.k8s.io/v1beta1` objects, read from its Shoot by
+/// the controller. They are checked in the bundle, not applied: the API servers built here
+/// (1.36) no longer serve the beta policies (removed in 1.34), and the admission behaviour of
+/// the policies themselves is the same (pinned by the v1 test above and the conversion's unit
+/// tests).
+#[tokio::test]
+async fn on_a_1_29_shoot_the_policies_go_out_as_v1beta1() {
+    let mut shoot = objects::shoot("shim-rbac-beta");
+    shoot["spec"]["kubernetes"] = json!({
+        "version": "1.29.8",
+        "kubeAPIServer": {
+            "featureGates": {"ValidatingAdmissionPolicy": true, "ServiceAccountTokenPodNodeInfo": true},
+            "runtimeConfig": {"admissionregistration.k8s.io/v1beta1": true}
+        }
+    });
+    let f = Fixture::new("shim-rbac-beta", fast_settings(), shoot).await;
+    f.create(config(json!([{"name": "wasmtime"}]))).await;
+    f.ready(None).await;
+    let policies: Vec<(String, String)> = f
+        .bundle()
+        .await
+        .iter()
+        .filter(|o| {
+            o["kind"]
+                .as_str()
+                .is_some_and(|k| k.starts_with("ValidatingAdmissionPolicy"))
+        })
+        .map(|o| {
+            (
+                o["kind"].as_str().unwrap_or_default().to_string(),
+                o["apiVersion"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(policies.len(), 4, "{policies:?}");
+    assert!(
+        policies
+            .iter()
+            .all(|(_, version)| version == "admissionregistration.k8s.io/v1beta1"),
+        "{policies:?}"
+    );
+}
+
+async fn installer_is_confined(f: Fixture) {
     let own = support::unique_name("own-node");
     let other = support::unique_name("other-node");
     nodes::create_nodes(&f.shoot, &[own.clone(), other.clone()], "worker-a").await;
@@ -751,13 +822,52 @@ async fn the_installer_may_only_label_its_own_node_and_use_its_restart_slots() {
             .await,
     )
     .expect("a foreign annotation is denied");
-    let taint = json!({"spec": {"unschedulable": true}});
+    let unschedulable = json!({"spec": {"unschedulable": true}});
     forbidden(
+        node_api
+            .patch(&own, &PatchParams::default(), &Patch::Merge(&unschedulable))
+            .await,
+    )
+    .expect("spec changes are denied");
+    let taint = json!({"spec": {"taints": [{"key": "example.com/x", "effect": "NoSchedule"}]}});
+    let denied = forbidden(
         node_api
             .patch(&own, &PatchParams::default(), &Patch::Merge(&taint))
             .await,
     )
-    .expect("spec changes are denied");
+    .expect("taints are denied");
+    assert!(denied.contains("may not change a Node's spec"), "{denied}");
+    let other_uid = Api::<k8s_openapi::api::core::v1::Node>::all(f.shoot.clone())
+        .get(&other)
+        .await
+        .expect("other node")
+        .metadata
+        .uid
+        .unwrap_or_default();
+    let owner = json!({"metadata": {"ownerReferences": [
+        {"apiVersion": "v1", "kind": "Node", "name": other, "uid": other_uid}
+    ]}});
+    let denied = forbidden(
+        node_api
+            .patch(&own, &PatchParams::default(), &Patch::Merge(&owner))
+            .await,
+    )
+    .expect("owner references are denied");
+    assert!(
+        denied.contains("may not change a Node's owner references"),
+        "{denied}"
+    );
+    let finalizer = json!({"metadata": {"finalizers": ["example.com/hold"]}});
+    let denied = forbidden(
+        node_api
+            .patch(&own, &PatchParams::default(), &Patch::Merge(&finalizer))
+            .await,
+    )
+    .expect("finalizers are denied");
+    assert!(
+        denied.contains("may not change a Node's finalizers"),
+        "{denied}"
+    );
     forbidden(node_api.delete(&own, &Default::default()).await)
         .expect("deleting nodes is not granted");
 
@@ -792,6 +902,19 @@ async fn the_installer_may_only_label_its_own_node_and_use_its_restart_slots() {
         .await
         .expect("take slot 0");
     forbidden(leases.get("kube-controller-manager").await).expect("other Leases are not readable");
+    let foreign_lease = k8s_openapi::api::coordination::v1::Lease {
+        metadata: kube::api::ObjectMeta {
+            name: Some("kube-scheduler-takeover".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let denied = forbidden(leases.create(&PostParams::default(), &foreign_lease).await)
+        .expect("creating other Leases is denied");
+    assert!(
+        denied.contains("may only create its restart-budget Leases"),
+        "{denied}"
+    );
     forbidden(leases.list(&ListParams::default()).await).expect("listing Leases is not granted");
     let secrets: Api<Secret> = Api::namespaced(installer, "kube-system");
     forbidden(secrets.list(&ListParams::default()).await).expect("secrets are not readable");

@@ -3,11 +3,13 @@
 //! timestamp annotations, deletion confirmation). Every lifecycle test judges the extension
 //! with this check, so a test passes only if gardenlet would accept the result.
 
+use futures::StreamExt;
 use gardener_extension_containerd_shim::gardener::api::{
     Condition, DELETION_CONFIRMATION_ANNOTATION, Extension, OPERATION_ANNOTATION, OperationState,
     TIMESTAMP_ANNOTATION,
 };
 use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::runtime::watcher::{self, Event};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
@@ -121,6 +123,49 @@ pub async fn wait_ready(api: &Api<Extension>, name: &str, timestamp: Option<&str
     .await
 }
 
+/// [`wait_ready`], noticing readiness the moment the status that passes the check is written
+/// (a watch instead of polling), so that a test can place gardenlet's next request at a chosen
+/// offset after it.
+pub async fn watch_ready(api: &Api<Extension>, name: &str, timestamp: Option<&str>) -> Extension {
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut events = watcher::watcher(api.clone(), config).boxed();
+    let mut last = String::from("no version seen");
+    let wait = async {
+        while let Some(event) = events.next().await {
+            let ext = match event {
+                Ok(Event::Apply(ext) | Event::InitApply(ext)) => ext,
+                Ok(_) => continue,
+                Err(e) => {
+                    last = format!("watch error: {e}");
+                    continue;
+                }
+            };
+            let stamped = ext
+                .annotations()
+                .get(TIMESTAMP_ANNOTATION)
+                .map(String::as_str);
+            if timestamp.is_some() && stamped != timestamp {
+                last = format!("timestamp annotation changed to {stamped:?}");
+                continue;
+            }
+            match check_extension_object(&ext) {
+                Ok(()) => return Some(ext),
+                Err(not_ready) => last = format!("{not_ready:?}"),
+            }
+        }
+        None
+    };
+    let result = tokio::time::timeout(poll::DEFAULT_TIMEOUT, wait).await;
+    match result {
+        Ok(Some(ext)) => ext,
+        Ok(None) => panic!("the watch of Extension {name} ended; last observed: {last}"),
+        Err(_) => panic!(
+            "timed out after {:?} waiting for Extension {name} ready by gardenlet's check; last observed: {last}",
+            poll::DEFAULT_TIMEOUT
+        ),
+    }
+}
+
 /// gardenlet's deletion: confirm, then DELETE.
 pub async fn delete(api: &Api<Extension>, name: &str) {
     let body = json!({"metadata": {"annotations": {DELETION_CONFIRMATION_ANNOTATION: "true", TIMESTAMP_ANNOTATION: jiff::Timestamp::now().to_string()}}});
@@ -134,9 +179,15 @@ pub async fn delete(api: &Api<Extension>, name: &str) {
 
 /// Polls until the Extension is gone; while it is not, reports its last operation.
 pub async fn wait_deleted(api: &Api<Extension>, name: &str) {
+    wait_deleted_within(api, name, poll::DEFAULT_TIMEOUT).await;
+}
+
+/// [`wait_deleted`] with a deadline of its own (a deletion that uninstalls from real nodes
+/// takes a containerd restart per node).
+pub async fn wait_deleted_within(api: &Api<Extension>, name: &str, timeout: std::time::Duration) {
     poll::until(
         &format!("Extension {name} to be deleted"),
-        poll::DEFAULT_TIMEOUT,
+        timeout,
         || async {
             match api.get_opt(name).await.map_err(|e| e.to_string())? {
                 None => Ok(()),

@@ -18,6 +18,7 @@ pub mod nodes;
 pub mod objects;
 pub mod poll;
 pub mod process;
+pub mod real_nodes;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -56,6 +56,46 @@ pub async fn delete_simulated_nodes(shoot: &Client) {
     }
 }
 
+/// What a real cluster's pod garbage collector does and the control plane's does not (it runs
+/// none): deletes, without a grace period, every pod bound to a Node that no longer exists. Such
+/// a pod appears when a DaemonSet is created while a simulated node is being deleted; with no
+/// kubelet to confirm its deletion it would stay Terminating and hold the DaemonSet's
+/// foreground deletion forever.
+pub async fn delete_orphaned_pods(shoot: &Client) {
+    let nodes: Vec<String> = Api::<Node>::all(shoot.clone())
+        .list_metadata(&ListParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("list nodes: {e}"))
+        .items
+        .iter()
+        .map(|n| n.name_any())
+        .collect();
+    let pods = Api::<Pod>::all(shoot.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("list pods: {e}"));
+    for pod in pods {
+        let orphaned = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_ref())
+            .is_some_and(|node| !nodes.contains(node));
+        if !orphaned {
+            continue;
+        }
+        let api: Api<Pod> = Api::namespaced(shoot.clone(), &pod.namespace().unwrap_or_default());
+        let now = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        };
+        match api.delete(&pod.name_any(), &now).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => panic!("deleting the orphaned pod {}: {e}", pod.name_any()),
+        }
+    }
+}
+
 /// A running scheduler-and-kubelet stand-in for the pods matching `selector` in `namespace`.
 pub struct Simulator {
     /// While true, bound pods are reported Ready.

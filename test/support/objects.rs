@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use gardener_extension_containerd_shim::gardener::api::{
     Cluster, ClusterSpec, Extension, ExtensionSpec,
 };
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::ObjectMeta;
 use serde_json::{Value, json};
 
@@ -44,6 +46,20 @@ pub fn cluster(namespace: &str, shoot: Value) -> Cluster {
             shoot_view: None,
         },
     )
+}
+
+/// gardenlet's `gardener` secret in a shoot namespace: the kubeconfig an extension uses to
+/// reach the shoot's API server.
+pub fn shoot_access_secret(namespace: &str, kubeconfig: Vec<u8>) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some("gardener".into()),
+            namespace: Some(namespace.to_string()),
+            ..Default::default()
+        },
+        data: Some([("kubeconfig".to_string(), ByteString(kubeconfig))].into()),
+        ..Default::default()
+    }
 }
 
 /// An Extension of the given type, named after the type as gardenlet names it.

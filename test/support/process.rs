@@ -31,11 +31,20 @@ pub fn free_port() -> u16 {
 /// `GET http://127.0.0.1:<port><path>`: status and body, or why there is none. A blocking
 /// socket on a blocking thread keeps the test free of an HTTP client dependency.
 pub async fn http_get(port: u16, path: &str) -> Result<(u16, String), String> {
+    http_get_at(std::net::IpAddr::from([127, 0, 0, 1]), port, path).await
+}
+
+/// `GET http://<ip>:<port><path>`: status and body, or why there is none.
+pub async fn http_get_at(
+    ip: std::net::IpAddr,
+    port: u16,
+    path: &str,
+) -> Result<(u16, String), String> {
     let path = path.to_string();
     let exchange = move || -> Result<(u16, String), String> {
         use std::io::{Read, Write};
         let timeout = Some(Duration::from_secs(5));
-        let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        let address = std::net::SocketAddr::from((ip, port));
         let mut stream = std::net::TcpStream::connect_timeout(&address, Duration::from_secs(5))
             .map_err(|e| e.to_string())?;
         stream
@@ -44,8 +53,7 @@ pub async fn http_get(port: u16, path: &str) -> Result<(u16, String), String> {
         stream
             .set_write_timeout(timeout)
             .map_err(|e| e.to_string())?;
-        let request =
-            format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+        let request = format!("GET {path} HTTP/1.1\r\nHost: {ip}\r\nConnection: close\r\n\r\n");
         stream
             .write_all(request.as_bytes())
             .map_err(|e| e.to_string())?;
@@ -96,6 +104,17 @@ pub struct Replica {
 
 impl Replica {
     pub fn spawn(name: &str, kubeconfig: &Path, namespace: &str, extra: &[&str]) -> Replica {
+        Replica::spawn_with_env(name, kubeconfig, namespace, extra, &[])
+    }
+
+    /// [`Replica::spawn`] with extra environment variables (e.g. `IMAGEVECTOR_OVERWRITE`).
+    pub fn spawn_with_env(
+        name: &str,
+        kubeconfig: &Path,
+        namespace: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Replica {
         let health_port = free_port();
         let metrics_port = free_port();
         let mut args: Vec<String> = vec![
@@ -109,7 +128,7 @@ impl Replica {
         ];
         args.extend(LEASE_TIMING.iter().map(|s| s.to_string()));
         args.extend(extra.iter().map(|s| s.to_string()));
-        Replica::spawn_exact(name, args, health_port, metrics_port)
+        Replica::spawn_exact_with_env(name, args, health_port, metrics_port, env)
     }
 
     /// Starts the binary with exactly `args` (no test timings added); `args` must bind the
@@ -119,6 +138,16 @@ impl Replica {
         args: Vec<String>,
         health_port: u16,
         metrics_port: u16,
+    ) -> Replica {
+        Replica::spawn_exact_with_env(name, args, health_port, metrics_port, &[])
+    }
+
+    fn spawn_exact_with_env(
+        name: &str,
+        args: Vec<String>,
+        health_port: u16,
+        metrics_port: u16,
+        env: &[(&str, &str)],
     ) -> Replica {
         let log = tempfile::NamedTempFile::new()
             .unwrap_or_else(|e| panic!("cannot create a log file: {e}"));
@@ -131,6 +160,7 @@ impl Replica {
             .env_remove("KUBECONFIG")
             .env_remove("LEADER_ELECTION_NAMESPACE")
             .env_remove("HEARTBEAT_NAMESPACE")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)
@@ -220,9 +250,24 @@ impl Drop for Replica {
 /// Starts the controller binary as the seed's admin in a fresh "release" namespace (its
 /// leader-election and heartbeat Leases live there) and waits until it is ready.
 pub async fn start_controller(clusters: &super::Clusters, extra: &[&str]) -> Replica {
+    start_controller_with_env(clusters, extra, &[]).await
+}
+
+/// [`start_controller`] with extra environment variables.
+pub async fn start_controller_with_env(
+    clusters: &super::Clusters,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Replica {
     let system = super::unique_name("extension-containerd-shim");
     super::create_namespace(&clusters.seed, &system, &[]).await;
-    let controller = Replica::spawn("controller", &clusters.env.seed_kubeconfig, &system, extra);
+    let controller = Replica::spawn_with_env(
+        "controller",
+        &clusters.env.seed_kubeconfig,
+        &system,
+        extra,
+        env,
+    );
     controller.wait_ready().await;
     controller
 }

@@ -181,6 +181,22 @@ pub struct Hibernation {
 pub struct ShootKubernetes {
     #[serde(default)]
     pub version: String,
+    #[serde(
+        default,
+        rename = "kubeAPIServer",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub kube_api_server: Option<KubeApiServer>,
+}
+
+/// `spec.kubernetes.kubeAPIServer`: the switches that decide which APIs the Shoot serves.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeApiServer {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub feature_gates: BTreeMap<String, bool>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub runtime_config: BTreeMap<String, bool>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -9,6 +9,7 @@
 pub mod actuator;
 pub mod controller;
 pub mod error;
+pub mod events;
 pub mod operation;
 pub mod options;
 pub mod predicate;

@@ -5,6 +5,7 @@
 //! [`super::operation::decide`]) → write finalizer and Processing → actuator → write Error or
 //! Success → finalizer and annotation clean-up.
 
+use super::events::{EventOutcome, OutcomeEvents};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -114,6 +115,8 @@ pub struct Context<A> {
     pub caches: SharedCaches,
     pub config: ReconcilerConfig,
     pub observer: Arc<dyn OperationObserver>,
+    /// Events on the Extension for each operation's outcome; none when unset.
+    pub events: Option<OutcomeEvents>,
     /// Consecutive failures per object, for client-go's per-item exponential backoff.
     failures: Mutex<HashMap<ObjectRef<Extension>, u32>>,
 }
@@ -132,7 +135,16 @@ impl<A> Context<A> {
             caches,
             config,
             observer,
+            events: None,
             failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Also records an Event on the Extension for each operation's outcome.
+    pub fn with_events(self, events: OutcomeEvents) -> Context<A> {
+        Context {
+            events: Some(events),
+            ..self
         }
     }
 
@@ -652,6 +664,11 @@ async fn run_actuator<A: Actuator>(
             ctx.observer
                 .operation(path.metric, OperationResult::Error, started.elapsed());
             tracing::error!(object = %run.object, operation = op.as_str(), error = %message, "operation failed");
+            if let Some(events) = &ctx.events {
+                events
+                    .record(&run.ext, op, EventOutcome::Failed(&message))
+                    .await;
+            }
             Err(ReconcileError::Actuator {
                 operation: op,
                 object: run.object.clone(),
@@ -682,6 +699,11 @@ async fn run_actuator<A: Actuator>(
             ctx.observer
                 .operation(path.metric, OperationResult::Succeeded, started.elapsed());
             tracing::info!(object = %run.object, operation = op.as_str(), "succeeded");
+            if let Some(events) = &ctx.events {
+                events
+                    .record(&run.ext, op, EventOutcome::Succeeded(path.success))
+                    .await;
+            }
             Ok(None)
         }
     }

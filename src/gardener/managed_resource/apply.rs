@@ -4,9 +4,10 @@
 //!
 //! Write discipline:
 //! - A secret is immutable and named after a hash of its data, so it is created once and then
-//!   only read. We never delete a superseded secret: GRM's garbage collector does that once no
-//!   `reference.*` annotation names it any more (deleting it ourselves would race with GRM
-//!   still applying from it).
+//!   only read. We never delete a superseded secret while the ManagedResource lives: GRM's
+//!   garbage collector does that once no `reference.*` annotation names it any more (deleting
+//!   it ourselves would race with GRM still applying from it). The ManagedResource remembers
+//!   the latest superseded ones, which deleting it deletes by name.
 //! - The ManagedResource is read, merged in memory and written with a full update carrying the
 //!   `resourceVersion` we read, and only if the merge changed something. Optimistic
 //!   concurrency rather than server-side apply because (1) "nothing changed" must mean "no
@@ -21,13 +22,14 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::{Api, Client};
+use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
 use serde::Serialize;
+use serde_json::Value;
 use tokio::time::Instant;
 
-use super::desired::{DesiredManagedResource, RESERVED_ORIGIN};
-use super::secret::{GARBAGE_COLLECTABLE_LABEL, SECRET_PREFIX, SecretData};
+use super::desired::{DesiredManagedResource, RESERVED_ORIGIN, superseded_secrets};
+use super::secret::{GARBAGE_COLLECTABLE_LABEL, SECRET_PREFIX, SecretData, decode_secret};
 use super::{Error, is_configuration_problem};
 use crate::gardener::api::managed_resource::conditions::RESOURCES_APPLIED;
 use crate::gardener::api::{ConditionStatus, ManagedResource};
@@ -76,6 +78,33 @@ pub async fn create_or_update_for_shoot(
     keep_objects: bool,
     data: &SecretData,
 ) -> Result<bool, Error> {
+    let desired = for_shoot(namespace, name, origin, keep_objects, data)?;
+    create_or_update(client, namespace, name, &desired, data, None).await
+}
+
+/// [`create_or_update_for_shoot`] for a caller that has just read the ManagedResource
+/// (`current`; `None` when there is none): the first attempt starts from that instead of
+/// reading it again; a conflict reads it anew.
+pub async fn create_or_update_for_shoot_from(
+    client: &Client,
+    current: Option<ManagedResource>,
+    namespace: &str,
+    name: &str,
+    origin: &str,
+    keep_objects: bool,
+    data: &SecretData,
+) -> Result<bool, Error> {
+    let desired = for_shoot(namespace, name, origin, keep_objects, data)?;
+    create_or_update(client, namespace, name, &desired, data, Some(current)).await
+}
+
+fn for_shoot(
+    namespace: &str,
+    name: &str,
+    origin: &str,
+    keep_objects: bool,
+    data: &SecretData,
+) -> Result<DesiredManagedResource, Error> {
     if origin.is_empty() || origin == RESERVED_ORIGIN {
         return Err(Error::InvalidOrigin {
             namespace: namespace.to_string(),
@@ -83,8 +112,11 @@ pub async fn create_or_update_for_shoot(
             origin: origin.to_string(),
         });
     }
-    let desired = DesiredManagedResource::for_shoot(origin, keep_objects, &data.secret_name(name));
-    create_or_update(client, namespace, name, &desired, data).await
+    Ok(DesiredManagedResource::for_shoot(
+        origin,
+        keep_objects,
+        &data.secret_name(name),
+    ))
 }
 
 /// Gardener's `CreateForSeed`: like [`create_or_update_for_shoot`] with class `seed`.
@@ -97,15 +129,17 @@ pub async fn create_or_update_for_seed(
 ) -> Result<bool, Error> {
     let desired =
         DesiredManagedResource::for_seed(namespace, keep_objects, &data.secret_name(name));
-    create_or_update(client, namespace, name, &desired, data).await
+    create_or_update(client, namespace, name, &desired, data, None).await
 }
 
+/// `read`: the ManagedResource as the caller has just read it, for the first attempt.
 async fn create_or_update(
     client: &Client,
     namespace: &str,
     name: &str,
     desired: &DesiredManagedResource,
     data: &SecretData,
+    mut read: Option<Option<ManagedResource>>,
 ) -> Result<bool, Error> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let mrs: Api<ManagedResource> = Api::namespaced(client.clone(), namespace);
@@ -113,10 +147,13 @@ async fn create_or_update(
     let mut wrote = ensure_secret(&secrets, &data.to_secret(namespace, name)).await?;
 
     for _ in 0..MAX_UPDATE_ATTEMPTS {
-        let existing = mrs
-            .get_opt(name)
-            .await
-            .map_err(|e| Error::api("read", MANAGED_RESOURCE, namespace, name, e))?;
+        let existing = match read.take() {
+            Some(existing) => existing,
+            None => mrs
+                .get_opt(name)
+                .await
+                .map_err(|e| Error::api("read", MANAGED_RESOURCE, namespace, name, e))?,
+        };
         let Some(existing) = existing else {
             match mrs
                 .create(&PostParams::default(), &desired.new_object(namespace, name))
@@ -259,8 +296,9 @@ struct KeepObjectsSpec {
     keep_objects: bool,
 }
 
-/// Gardener's `Delete`: the referenced secrets (and the legacy `managedresource-<name>`) first,
-/// so that no secret is orphaned if the ManagedResource goes and we fail right after; then the
+/// Gardener's `Delete`: the referenced secrets, the superseded ones it remembers
+/// ([`superseded_secrets`]; Gardener leaves those to GRM's garbage collector) and the legacy
+/// `managedresource-<name>` first, so that no secret is orphaned if the ManagedResource goes and we fail right after; then the
 /// ManagedResource. NotFound is not an error. GRM keeps the ManagedResource (finalizer) until
 /// it has deleted the objects: see [`wait_until_deleted`].
 pub async fn delete(client: &Client, namespace: &str, name: &str) -> Result<(), Error> {
@@ -271,9 +309,17 @@ pub async fn delete(client: &Client, namespace: &str, name: &str) -> Result<(), 
         .await
         .map_err(|e| Error::api("read", MANAGED_RESOURCE, namespace, name, e))?;
     let mut secret_names = vec![format!("{SECRET_PREFIX}{name}")];
-    for secret in existing.iter().flat_map(|mr| &mr.spec.secret_refs) {
-        if !secret_names.contains(&secret.name) {
-            secret_names.push(secret.name.clone());
+    let superseded = existing
+        .iter()
+        .flat_map(|mr| mr.metadata.annotations.as_ref())
+        .flat_map(superseded_secrets);
+    let referenced = existing
+        .iter()
+        .flat_map(|mr| &mr.spec.secret_refs)
+        .map(|s| s.name.clone());
+    for secret in referenced.chain(superseded) {
+        if !secret_names.contains(&secret) {
+            secret_names.push(secret);
         }
     }
     for secret in &secret_names {
@@ -293,44 +339,26 @@ pub async fn delete(client: &Client, namespace: &str, name: &str) -> Result<(), 
     }
 }
 
-/// Whether `secret` is one of the hash-named secrets of ManagedResource `managed_resource`
-/// (`managedresource-<mr>-<8 hex>`), as [`SecretData::secret_name`] names them.
-pub fn is_secret_of(managed_resource: &str, secret: &str) -> bool {
-    secret
-        .strip_prefix(SECRET_PREFIX)
-        .and_then(|rest| rest.strip_prefix(managed_resource))
-        .and_then(|rest| rest.strip_prefix('-'))
-        .is_some_and(|hash| hash.len() == 8 && hash.bytes().all(|b| b.is_ascii_hexdigit()))
-}
-
-/// Deletes what is left of the secrets of ManagedResource `name` once it is gone: the
-/// superseded ones (an older configuration, the install bundle replaced by the uninstall
-/// bundle) that only GRM's garbage collector would otherwise remove, if it runs at all. Call it
-/// only when the ManagedResource no longer exists; then nothing reads them. NotFound is not an
-/// error. Returns how many were deleted.
-pub async fn delete_leftover_secrets(
+/// The objects of the bundle `mr` references now, as gardener-resource-manager reads them;
+/// `None` when one of its secrets is gone.
+pub async fn referenced_objects(
     client: &Client,
-    namespace: &str,
-    name: &str,
-) -> Result<usize, Error> {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let list = secrets
-        .list_metadata(&ListParams::default().labels(&format!("{GARBAGE_COLLECTABLE_LABEL}=true")))
-        .await
-        .map_err(|e| Error::api("list the secrets of", MANAGED_RESOURCE, namespace, name, e))?;
-    let mut deleted = 0;
-    for secret in list.items {
-        let secret_name = secret.metadata.name.unwrap_or_default();
-        if !is_secret_of(name, &secret_name) {
-            continue;
-        }
-        match secrets.delete(&secret_name, &DeleteParams::default()).await {
-            Ok(_) => deleted += 1,
-            Err(e) if is_not_found(&e) => {}
-            Err(e) => return Err(Error::api("delete", SECRET, namespace, &secret_name, e)),
-        }
+    mr: &ManagedResource,
+) -> Result<Option<Vec<Value>>, Error> {
+    let namespace = mr.namespace().unwrap_or_default();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
+    let mut objects = Vec::new();
+    for reference in &mr.spec.secret_refs {
+        let secret = secrets
+            .get_opt(&reference.name)
+            .await
+            .map_err(|e| Error::api("read", SECRET, &namespace, &reference.name, e))?;
+        let Some(secret) = secret else {
+            return Ok(None);
+        };
+        objects.extend(decode_secret(&secret)?);
     }
-    Ok(deleted)
+    Ok(Some(objects))
 }
 
 /// Gardener's `SetKeepObjects`: a merge patch of `spec.keepObjects`; NotFound is not an error.
@@ -585,24 +613,6 @@ mod tests {
         .expect("a long interval must not sleep past the deadline");
         assert_eq!(rounds, 1);
         assert!(Instant::now() >= deadline);
-    }
-
-    #[test]
-    fn only_our_hash_named_secrets_are_ours() {
-        let data = SecretData::from_map(BTreeMap::from([("k".to_string(), b"v".to_vec())]));
-        assert!(is_secret_of("mr", &data.secret_name("mr")));
-        assert!(is_secret_of("mr", "managedresource-mr-0ea7da4f"));
-        for other in [
-            "managedresource-mr",
-            "managedresource-mr-0ea7da4",
-            "managedresource-mr-0ea7da4fx",
-            "managedresource-mr-xyzxyzxy",
-            "managedresource-mr-other-0ea7da4f",
-            "managedresource-mrx-0ea7da4f",
-            "mr-0ea7da4f",
-        ] {
-            assert!(!is_secret_of("mr", other), "{other}");
-        }
     }
 
     #[test]

@@ -26,6 +26,15 @@ pub const ROLE_SEED_SYSTEM_COMPONENT: &str = "seed-system-component";
 pub const SHOOT_NAMESPACE_PREFIX: &str = "shoot-";
 /// Reference annotation kind for secrets.
 pub const SECRET_REFERENCE_KIND: &str = "secret";
+/// The data secrets a ManagedResource referenced before its current ones, comma-separated,
+/// oldest first: deleting the ManagedResource deletes them by name, so the extension needs no
+/// right to list Secrets.
+pub const SUPERSEDED_SECRETS_ANNOTATION: &str =
+    "containerd-shim.extensions.gardener.cloud/superseded-secrets";
+/// How many superseded secrets are remembered. GRM's garbage collector deletes superseded
+/// secrets once nothing refers to them; the memory covers the ones it has not yet, which are
+/// the most recent few.
+const SUPERSEDED_SECRETS_KEPT: usize = 8;
 
 /// The labels and spec an extension wants on a ManagedResource. The spec is owned wholesale
 /// (it replaces whatever is there); labels are merged into the existing ones.
@@ -109,8 +118,13 @@ impl DesiredManagedResource {
         let mut merged = existing.clone();
         let mut labels = existing.metadata.labels.clone().unwrap_or_default();
         labels.extend(self.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-        let annotations = merge_reference_annotations(
+        let mut annotations = merge_reference_annotations(
             existing.metadata.annotations.as_ref(),
+            &self.spec.secret_refs,
+        );
+        remember_superseded(
+            &mut annotations,
+            &existing.spec.secret_refs,
             &self.spec.secret_refs,
         );
         let unchanged = labels == existing.metadata.labels.clone().unwrap_or_default()
@@ -124,6 +138,44 @@ impl DesiredManagedResource {
         merged.spec = self.spec.clone();
         Some(merged)
     }
+}
+
+/// Adds the secrets `existing` referenced and `desired` does not to
+/// [`SUPERSEDED_SECRETS_ANNOTATION`], and drops from it the ones referenced again.
+fn remember_superseded(
+    annotations: &mut BTreeMap<String, String>,
+    existing: &[LocalObjectReference],
+    desired: &[LocalObjectReference],
+) {
+    let in_use = |name: &str| desired.iter().any(|s| s.name == name);
+    let mut names: Vec<String> = superseded_secrets(annotations)
+        .into_iter()
+        .filter(|name| !in_use(name))
+        .collect();
+    for secret in existing {
+        if !in_use(&secret.name) && !names.contains(&secret.name) {
+            names.push(secret.name.clone());
+        }
+    }
+    let skip = names.len().saturating_sub(SUPERSEDED_SECRETS_KEPT);
+    let names = &names[skip..];
+    if names.is_empty() {
+        annotations.remove(SUPERSEDED_SECRETS_ANNOTATION);
+    } else {
+        annotations.insert(SUPERSEDED_SECRETS_ANNOTATION.to_string(), names.join(","));
+    }
+}
+
+/// The names in [`SUPERSEDED_SECRETS_ANNOTATION`].
+pub fn superseded_secrets(annotations: &BTreeMap<String, String>) -> Vec<String> {
+    annotations
+        .get(SUPERSEDED_SECRETS_ANNOTATION)
+        .into_iter()
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 /// Gardener's `references.InjectAnnotations` for a ManagedResource: every existing
@@ -243,9 +295,35 @@ mod tests {
                     &reference_annotation_key("secret", "managedresource-x-bbbbbbbb"),
                     "managedresource-x-bbbbbbbb"
                 ),
+                (SUPERSEDED_SECRETS_ANNOTATION, "managedresource-x-aaaaaaaa"),
             ]))
         );
         assert_eq!(merged.spec, new.spec);
+    }
+
+    #[test]
+    fn superseded_secrets_are_remembered_newest_last_and_forgotten_when_used_again() {
+        let name = |i: usize| format!("managedresource-x-{i:08x}");
+        let mut mr =
+            DesiredManagedResource::for_shoot("ext", false, &name(0)).new_object("ns", "x");
+        for i in 1..=10 {
+            mr = DesiredManagedResource::for_shoot("ext", false, &name(i))
+                .merge_into(&mr)
+                .expect("a new secret is a change");
+        }
+        let remembered = superseded_secrets(mr.metadata.annotations.as_ref().unwrap());
+        let expected: Vec<String> = (2..=9).map(name).collect();
+        assert_eq!(
+            remembered, expected,
+            "the last {SUPERSEDED_SECRETS_KEPT}, oldest first"
+        );
+
+        let back = DesiredManagedResource::for_shoot("ext", false, &name(5))
+            .merge_into(&mr)
+            .expect("going back is a change");
+        let remembered = superseded_secrets(back.metadata.annotations.as_ref().unwrap());
+        assert!(!remembered.contains(&name(5)), "{remembered:?}");
+        assert_eq!(remembered.last(), Some(&name(10)), "{remembered:?}");
     }
 
     #[test]

@@ -6,6 +6,10 @@
 //! - [`desired`] (pure) is the ManagedResource an extension wants and how it merges into the
 //!   existing one.
 //! - [`apply`] talks to the API server: create or update, delete, wait.
+//! - [`catch_up`] (pure) says whether GRM has recorded the current generation, and what a new
+//!   bundle would remove: a removal must wait for that record.
+//! - [`leftovers`] finds objects in the target cluster that name a ManagedResource as their
+//!   origin but that its bundle does not hold, and turns them back into bundle objects.
 //!
 //! A caller renders its objects, packs them once and hands the data over:
 //!
@@ -15,15 +19,17 @@
 //! ```
 
 pub mod apply;
+pub mod catch_up;
 pub mod desired;
+pub mod leftovers;
 pub mod secret;
 
 use std::time::Duration;
 
 pub use apply::{
-    DEFAULT_POLL_INTERVAL, Wait, create_or_update_for_seed, create_or_update_for_shoot, delete,
-    delete_leftover_secrets, is_secret_of, set_keep_objects, wait_until_deleted,
-    wait_until_healthy, wait_until_healthy_and_rolled_out,
+    DEFAULT_POLL_INTERVAL, Wait, create_or_update_for_seed, create_or_update_for_shoot,
+    create_or_update_for_shoot_from, delete, referenced_objects, set_keep_objects,
+    wait_until_deleted, wait_until_healthy, wait_until_healthy_and_rolled_out,
 };
 pub use desired::DesiredManagedResource;
 pub use secret::{Manifest, Scope, SecretData, decode, decode_secret, pack};
@@ -112,6 +118,17 @@ pub enum Error {
         namespace: String,
         name: String,
         // Boxed: kube's error is large, and every Result of this layer carries this enum.
+        #[source]
+        source: Box<kube::Error>,
+    },
+
+    #[error(
+        "cannot list {kind} objects in the target cluster to look for objects left behind by ManagedResource {namespace}/{name}: {source}"
+    )]
+    ListLeftovers {
+        kind: String,
+        namespace: String,
+        name: String,
         #[source]
         source: Box<kube::Error>,
     },

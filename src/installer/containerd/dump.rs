@@ -12,6 +12,7 @@ use toml_edit::{DocumentMut, Item};
 use super::config_version::ConfigVersion;
 use super::daemon_version::ContainerdVersion;
 use super::edit::table_at;
+use super::effective::{EffectiveConfig, Ours, ensure_only_ours_changed};
 use super::error::ConfigError;
 use super::key_path::KeyPath;
 use super::ownership::OwnedHandler;
@@ -103,7 +104,9 @@ impl Validation {
         dump_command(prefix, containerd, &self.config)
     }
 
-    /// Interprets the dump command's result; see [`check_dump`].
+    /// Interprets the dump command's result; see [`check_dump`]. With a baseline, the
+    /// candidate must also leave everything that is not ours as it was
+    /// ([`super::ensure_only_ours_changed`]).
     pub fn check(&self, output: &DumpOutput) -> Result<(), ConfigError> {
         check_dump(
             &self.config,
@@ -111,7 +114,21 @@ impl Validation {
             &self.present,
             &self.absent,
             output,
-        )
+        )?;
+        let Some(baseline) = &self.baseline else {
+            return Ok(());
+        };
+        let before = EffectiveConfig::parse(&self.config, self.containerd, baseline)?;
+        let after = EffectiveConfig::parse(&self.config, self.containerd, &output.stdout)?;
+        let ours = Ours {
+            handlers: self
+                .present
+                .iter()
+                .chain(&self.absent)
+                .map(|runtime| runtime.handler.clone())
+                .collect(),
+        };
+        ensure_only_ours_changed(&self.config, &before, &after, &ours)
     }
 }
 

@@ -12,16 +12,18 @@ use toml_edit::{Array, Decor, DocumentMut, Item, Key, Table, Value};
 use crate::desired_shims::OptionValue;
 
 use super::config_version::ConfigVersion;
+use super::effective::KeptRuntime;
 use super::error::ConfigError;
 use super::key_path::KeyPath;
-use super::ownership::{OwnedFile, OwnedHandler};
-use super::runtime::RuntimeEntry;
+use super::ownership::{KeptHandler, OwnedFile, OwnedHandler};
+use super::runtime::{ManagedKey, RuntimeEntry};
 use super::style::{RuntimeStyle, TableStyle, key_indent};
 
 /// The part of an ownership record an edit produces for one file.
 #[derive(Debug, Default)]
 pub(crate) struct EditOutcome {
     pub handlers: Vec<OwnedHandler>,
+    pub kept: Vec<KeptHandler>,
     pub created_tables: Vec<KeyPath>,
     pub dirty: bool,
 }
@@ -36,6 +38,10 @@ pub(crate) struct RuntimeEdit<'a> {
     pub previous: Option<&'a OwnedFile>,
     /// A fixed layout (generated files) instead of copying the neighbours'.
     pub style: Option<RuntimeStyle>,
+    /// Runtimes containerd provides implicitly that this file must now define to keep them
+    /// (see [`KeptRuntime`]); `None` when not known on this run: then what we kept before
+    /// stays as it is while we still have runtimes here.
+    pub kept: Option<&'a [KeptRuntime]>,
 }
 
 /// Makes the document hold exactly the desired runtime tables among the ones we own: adds
@@ -70,6 +76,7 @@ pub(crate) fn reconcile_runtimes(
         let handler = write_runtime(doc, edit, desired, previous, &mut created, &mut outcome)?;
         outcome.handlers.push(handler);
     }
+    outcome.kept = reconcile_kept(doc, edit, &mut created, &mut outcome)?;
 
     outcome.dirty |= remove_empty_created(doc, &mut created);
     outcome.created_tables = created.into_iter().collect();
@@ -82,6 +89,9 @@ pub(crate) fn remove_owned(doc: &mut DocumentMut, owned: &OwnedFile) -> bool {
     let mut dirty = false;
     for handler in &owned.handlers {
         dirty |= remove_handler_keys(doc, handler);
+    }
+    for kept in &owned.kept {
+        dirty |= remove_kept_keys(doc, kept);
     }
     let mut created: BTreeSet<KeyPath> = owned.created_tables.iter().cloned().collect();
     dirty |= remove_empty_created(doc, &mut created);
@@ -188,16 +198,17 @@ fn write_runtime(
 /// The keys (relative to the handler table) and values we write for a runtime, in the order a
 /// reader expects them.
 fn desired_values(desired: &RuntimeEntry) -> Vec<(KeyPath, Value)> {
-    let mut out = vec![
-        (
-            KeyPath::new(["runtime_type"]),
-            Value::from(desired.runtime_type.as_str()),
-        ),
-        (
+    let mut out = vec![(
+        KeyPath::new(["runtime_type"]),
+        Value::from(desired.runtime_type.as_str()),
+    )];
+    // With the path as the runtime type, the one key says both.
+    if desired.managed_key != ManagedKey::RuntimeType {
+        out.push((
             KeyPath::new(desired.managed_key.segments().iter().copied()),
             Value::from(desired.runtime_path.as_str()),
-        ),
-    ];
+        ));
+    }
     if !desired.pod_annotations.is_empty() {
         let array: Array = desired.pod_annotations.iter().map(String::as_str).collect();
         out.push((KeyPath::new(["pod_annotations"]), Value::Array(array)));
@@ -351,6 +362,90 @@ fn same_value(a: &Value, b: &Value) -> bool {
         }
         _ => false,
     }
+}
+
+/// Writes out the runtimes containerd would otherwise stop providing, as long as we have
+/// runtimes in this file; takes them out with our last one.
+fn reconcile_kept(
+    doc: &mut DocumentMut,
+    edit: &RuntimeEdit<'_>,
+    created: &mut BTreeSet<KeyPath>,
+    outcome: &mut EditOutcome,
+) -> Result<Vec<KeptHandler>, ConfigError> {
+    let previous: &[KeptHandler] = edit.previous.map_or(&[], |p| &p.kept);
+    let wanted: &[KeptRuntime] = match edit.kept {
+        _ if edit.desired.is_empty() => &[],
+        None => return Ok(previous.to_vec()),
+        Some(kept) => kept,
+    };
+    for old in previous {
+        let still = wanted
+            .iter()
+            .any(|k| edit.version.runtime_table(&k.handler) == old.table);
+        if !still {
+            outcome.dirty |= remove_kept_keys(doc, old);
+        }
+    }
+    let runtimes_path = edit.version.runtimes_table();
+    let mut kept = Vec::new();
+    for runtime in wanted {
+        if edit.desired.iter().any(|d| d.handler == runtime.handler) {
+            continue;
+        }
+        let table_path = runtimes_path.join([runtime.handler.as_str()]);
+        let ours_before = previous.iter().find(|k| k.table == table_path);
+        let defined = table_at(doc.as_table(), &table_path).is_some();
+        if defined && ours_before.is_none() {
+            // Someone defines it in this file: it is theirs and already explicit.
+            continue;
+        }
+        let style = edit.style.clone().unwrap_or_else(|| {
+            table_at(doc.as_table(), &runtimes_path)
+                .map(|runtimes| RuntimeStyle::infer(runtimes, &runtime.handler))
+                .unwrap_or_default()
+        });
+        let mut keys = Vec::new();
+        for (key, value) in &runtime.values {
+            let Some((name, parents)) = key.segments().split_last() else {
+                continue;
+            };
+            let parent_path = table_path.join(parents.iter().map(String::as_str));
+            let table = ensure_tables(
+                doc.as_table_mut(),
+                edit.path,
+                &parent_path,
+                created,
+                outcome,
+            )?;
+            let full_key = table_path.join(key.segments().iter().map(String::as_str));
+            outcome.dirty |= set_value(table, edit.path, &full_key, name, value, &style.table)?;
+            keys.push(key.clone());
+        }
+        // Created with headers, like our own runtime tables, not as implicit tables.
+        if let Some(table) = table_at_mut(doc.as_table_mut(), &table_path)
+            && table.is_implicit()
+        {
+            table.set_implicit(false);
+            decorate_table(table, &style.table);
+        }
+        kept.push(KeptHandler {
+            handler: runtime.handler.clone(),
+            table: table_path,
+            keys,
+        });
+    }
+    Ok(kept)
+}
+
+fn remove_kept_keys(doc: &mut DocumentMut, kept: &KeptHandler) -> bool {
+    let Some(table) = table_at_mut(doc.as_table_mut(), &kept.table) else {
+        return false;
+    };
+    let mut dirty = false;
+    for key in &kept.keys {
+        dirty |= remove_relative(table, key);
+    }
+    dirty
 }
 
 /// Removes a handler's keys we own; the table itself goes with the empty-table sweep.

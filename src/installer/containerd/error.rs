@@ -26,6 +26,23 @@ pub enum ConfigError {
     )]
     UnsupportedVersion { path: PathBuf, value: String },
 
+    #[error(
+        "{config}: with our runtimes, containerd's effective configuration would also change \
+         what is not ours ({}); refusing it: nothing of it is applied",
+        .changes.join("; ")
+    )]
+    ForeignSettingsChanged {
+        config: PathBuf,
+        changes: Vec<String>,
+    },
+
+    #[error(
+        "{path}: `disabled_plugins` disables containerd's CRI plugin ({plugin:?}), so the kubelet \
+         cannot use containerd here and no runtime handler can be served; refusing to change \
+         anything on this node"
+    )]
+    CriDisabled { path: PathBuf, plugin: String },
+
     #[error("containerd {version} is not supported (supported majors: 1 and 2)")]
     UnsupportedContainerd { version: String },
 

@@ -376,7 +376,7 @@ fn run(scenario: &Scenario) -> Golden {
     host.apply(&uninstall);
     restart(&mut host, &uninstall);
     assert!(uninstall.ownership.is_empty(), "{}", scenario.name);
-    // Every original file is back byte for byte; only backups were added.
+    // Every original file is back byte for byte, and nothing else is left (backups go too).
     for (path, text) in &original.files {
         assert_eq!(
             host.files.get(path),
@@ -388,7 +388,7 @@ fn run(scenario: &Scenario) -> Golden {
     }
     for path in host.files.keys() {
         assert!(
-            original.files.contains_key(path) || path.to_string_lossy().ends_with(".bak"),
+            original.files.contains_key(path),
             "{}: {} left behind",
             scenario.name,
             path.display()

@@ -93,9 +93,8 @@ impl MemoryHost {
     /// file is not written; it is transient.
     pub fn apply(&mut self, plan: &Plan) {
         for backup in &plan.backups {
-            if let Some(text) = self.files.get(&backup.source).cloned() {
-                self.files.insert(backup.destination.clone(), text);
-            }
+            self.files
+                .insert(backup.destination.clone(), backup.content.clone());
         }
         for write in &plan.writes {
             self.files.insert(write.path.clone(), write.content.clone());

@@ -40,6 +40,7 @@ mod config_version;
 mod daemon_version;
 mod dump;
 mod edit;
+mod effective;
 mod error;
 mod host;
 mod imports;
@@ -62,14 +63,15 @@ mod proptests;
 pub use config_version::ConfigVersion;
 pub use daemon_version::ContainerdVersion;
 pub use dump::{DumpOutput, ExpectedRuntime, check_dump, dump_command};
+pub use effective::{EffectiveConfig, KeptRuntime, Ours, differences, ensure_only_ours_changed};
 pub use error::ConfigError;
 pub use host::{HostFs, HostRoot, MemoryHost};
 pub use imports::DROP_IN_NAME;
 pub use key_path::KeyPath;
 pub use locate::{DEFAULT_CONFIG, Distro, Target, WriteStrategy, locate};
-pub use ownership::{FileRole, OwnedFile, OwnedHandler, Ownership};
+pub use ownership::{FileRole, KeptHandler, OwnedFile, OwnedHandler, Ownership};
 pub use plan::{
-    BACKUP_SUFFIX, Backup, FileDelete, FileWrite, Plan, SCRATCH_SUFFIX, ScratchFile, Validation,
-    plan_install, plan_uninstall,
+    BACKUP_SUFFIX, BASELINE_SUFFIX, Backup, FileDelete, FileWrite, Plan, SCRATCH_SUFFIX,
+    ScratchFile, Validation, plan_install, plan_install_keeping, plan_uninstall,
 };
 pub use runtime::{ManagedKey, RuntimeEntry, validate_handler};

@@ -63,6 +63,26 @@ pub struct OwnedFile {
     /// quoted two ways in two table headers comes out in one spelling).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub original: Option<String>,
+    /// Runtimes containerd provided implicitly that we wrote out so that adding ours keeps them
+    /// (containerd 1.x drops its built-in `runc` once a file defines any runtime). They go
+    /// with our last runtime, which gives containerd its implicit default back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kept: Vec<KeptHandler>,
+    /// We wrote the backup `<path>.containerd-shim.bak` before our first edit; it goes when
+    /// nothing of ours is left in the file.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub backup: bool,
+}
+
+/// A runtime table we wrote out for containerd's implicit one: the keys we wrote.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KeptHandler {
+    pub handler: String,
+    /// Absolute key path of the handler table.
+    pub table: KeyPath,
+    /// Keys we wrote, relative to `table`.
+    pub keys: Vec<KeyPath>,
 }
 
 /// Our keys in one handler's table.
@@ -112,6 +132,7 @@ impl Ownership {
             };
             mine.created |= theirs.created;
             mine.created_imports |= theirs.created_imports;
+            mine.backup |= theirs.backup;
             if mine.original.is_none() {
                 mine.original = theirs.original.clone();
             }
@@ -141,6 +162,22 @@ impl Ownership {
                     mine.imports.push(entry.clone());
                 }
             }
+            for kept in &theirs.kept {
+                match mine
+                    .kept
+                    .iter_mut()
+                    .find(|k| k.handler == kept.handler && k.table == kept.table)
+                {
+                    Some(existing) => {
+                        for key in &kept.keys {
+                            if !existing.keys.contains(key) {
+                                existing.keys.push(key.clone());
+                            }
+                        }
+                    }
+                    None => mine.kept.push(kept.clone()),
+                }
+            }
         }
         Ownership::from_files(files)
     }
@@ -165,6 +202,8 @@ impl OwnedFile {
             imports: Vec::new(),
             created_imports: false,
             original: None,
+            kept: Vec::new(),
+            backup: false,
         }
     }
 
@@ -175,6 +214,7 @@ impl OwnedFile {
             && self.created_tables.is_empty()
             && self.imports.is_empty()
             && !self.created_imports
+            && self.kept.is_empty()
     }
 
     /// Our record of a handler in this file.

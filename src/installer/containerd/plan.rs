@@ -25,6 +25,7 @@ use super::config_version::{ConfigVersion, parse_toml};
 use super::daemon_version::ContainerdVersion;
 use super::dump::ExpectedRuntime;
 use super::edit::{RuntimeEdit, reconcile_runtimes, remove_owned, table_at};
+use super::effective::KeptRuntime;
 use super::error::ConfigError;
 use super::host::{HostFs, read_host};
 use super::imports::{covered_drop_in, ensure_import, imports_exactly, imports_of};
@@ -39,6 +40,10 @@ pub const BACKUP_SUFFIX: &str = ".containerd-shim.bak";
 /// Suffix of the transient file validation dumps (it must sit next to the real config so that
 /// relative imports resolve the same; it does not end in `.toml`, so no import glob loads it).
 pub const SCRATCH_SUFFIX: &str = ".containerd-shim-candidate";
+
+/// Suffix of the empty file dumped as the baseline where the config does not exist yet
+/// (containerd 1.x refuses a missing `--config`); written and removed around that one dump.
+pub const BASELINE_SUFFIX: &str = ".containerd-shim-baseline";
 
 /// The header of drop-ins we generate. Informational only: ownership lives in the state file.
 const DROP_IN_HEADER: &str = "# Runtime handlers of the gardener-extension-containerd-shim node installer.\n\
@@ -63,12 +68,14 @@ pub struct FileDelete {
     pub previous: String,
 }
 
-/// Copy `source` to `destination` before writing `source`.
+/// Write `content`, the file `source` as it was before our first edit, to `destination`
+/// before writing `source`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Backup {
     pub source: PathBuf,
     pub destination: PathBuf,
+    pub content: String,
 }
 
 /// A transient file validation needs (a predicted template render, or a main file that imports
@@ -94,6 +101,10 @@ pub struct Validation {
     pub present: Vec<ExpectedRuntime>,
     /// Runtimes of ours that must be gone.
     pub absent: Vec<ExpectedRuntime>,
+    /// `containerd config dump` of the configuration as it was before the change, when taken:
+    /// the candidate must not differ from it in anything that is not ours.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<String>,
 }
 
 /// Everything the installer needs to do to converge containerd's config.
@@ -134,8 +145,25 @@ pub fn plan_install(
     runtimes: &[RuntimeEntry],
     previous: &Ownership,
 ) -> Result<Plan, ConfigError> {
+    plan_install_keeping(host, target, runtimes, previous, None)
+}
+
+/// [`plan_install`], also writing out `kept`: the runtimes containerd provides implicitly
+/// (from the node's effective configuration, [`super::EffectiveConfig::runtimes_to_keep`]) that
+/// an edited file must define to keep them once it defines ours. Only containerd 1.x needs
+/// this (2.x merges runtimes into its defaults); `None` leaves what was kept before as it is.
+pub fn plan_install_keeping(
+    host: &dyn HostFs,
+    target: &Target,
+    runtimes: &[RuntimeEntry],
+    previous: &Ownership,
+    kept: Option<&[KeptRuntime]>,
+) -> Result<Plan, ConfigError> {
     target.containerd.ensure_supported()?;
     validate_set(runtimes)?;
+    if !runtimes.is_empty() {
+        ensure_cri_enabled(host, &target.config)?;
+    }
     let mut outcomes = match &target.strategy {
         WriteStrategy::InPlace { file } => vec![edit_config(
             host,
@@ -144,6 +172,7 @@ pub fn plan_install(
             runtimes,
             None,
             previous.file(file),
+            kept,
         )?],
         WriteStrategy::DropIn { file, main } => vec![generate_drop_in(
             host,
@@ -165,7 +194,15 @@ pub fn plan_install(
             )?;
             // The import goes only where a drop-in will exist to import.
             let import = drop_in.after.as_ref().map(|_| entry);
-            let main = edit_config(host, main, target.version, &[], import, previous.file(main))?;
+            let main = edit_config(
+                host,
+                main,
+                target.version,
+                &[],
+                import,
+                previous.file(main),
+                None,
+            )?;
             vec![drop_in, main]
         }
         WriteStrategy::Template { template, rendered } => vec![edit_template(
@@ -232,6 +269,8 @@ pub fn plan_install(
         .map(ExpectedRuntime::owned)
         .collect();
     Ok(assemble(
+        host,
+        previous,
         Some(target.clone()),
         target.containerd,
         outcomes,
@@ -282,6 +321,8 @@ pub fn plan_uninstall(
 
     let absent = previous.handlers().map(ExpectedRuntime::owned).collect();
     Ok(assemble(
+        host,
+        previous,
         None,
         containerd,
         outcomes,
@@ -300,7 +341,10 @@ enum Base {
     Nothing,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn assemble(
+    host: &dyn HostFs,
+    previous: &Ownership,
     target: Option<Target>,
     containerd: ContainerdVersion,
     outcomes: Vec<FileOutcome>,
@@ -317,13 +361,28 @@ fn assemble(
     let mut ordered: Vec<&FileOutcome> = outcomes.iter().collect();
     ordered.sort_by_key(|o| matches!(o.role, FileRole::Config));
     for outcome in ordered {
+        let before_us = previous.file(&outcome.path);
+        let mut owned = outcome.owned.clone();
+        owned.backup = before_us.is_some_and(|p| p.backup);
         match (&outcome.before, &outcome.after) {
             (before, Some(after)) if before.as_deref() != Some(after.as_str()) => {
-                if before.is_some() && !outcome.owned.created {
-                    backups.push(Backup {
-                        source: outcome.path.clone(),
-                        destination: suffixed(&outcome.path, BACKUP_SUFFIX),
-                    });
+                // The backup holds the file as it was before our first edit (the recorded
+                // original), whatever happened since: later edits never copy our own tables
+                // into it, and a backup lost to an interrupted first edit is written again.
+                if let Some(original) = owned
+                    .original
+                    .as_ref()
+                    .filter(|_| before.is_some() && !owned.created && !owned.is_empty())
+                {
+                    let destination = suffixed(&outcome.path, BACKUP_SUFFIX);
+                    if read_host(host, &destination).ok().flatten().as_ref() != Some(original) {
+                        backups.push(Backup {
+                            source: outcome.path.clone(),
+                            destination,
+                            content: original.clone(),
+                        });
+                    }
+                    owned.backup = true;
                 }
                 writes.push(FileWrite {
                     path: outcome.path.clone(),
@@ -337,8 +396,26 @@ fn assemble(
             }),
             _ => {}
         }
+        if owned.is_empty() {
+            // Nothing of ours is left in the file: its backup goes with us. Without a record
+            // of it (a lost state file), a backup that means what the file means now is ours.
+            let backup = suffixed(&outcome.path, BACKUP_SUFFIX);
+            if let Ok(Some(content)) = read_host(host, &backup) {
+                let ours = owned.backup
+                    || outcome.after.as_deref().is_some_and(|after| {
+                        same_document(&outcome.role, &outcome.path, &content, after)
+                    });
+                if ours {
+                    deletes.push(FileDelete {
+                        path: backup,
+                        previous: content,
+                    });
+                }
+            }
+            owned.backup = false;
+        }
         if outcome.after.is_some() {
-            owned_files.push(outcome.owned.clone());
+            owned_files.push(owned);
         }
     }
     let changed = !writes.is_empty() || !deletes.is_empty() || template_pending;
@@ -356,6 +433,7 @@ fn assemble(
             scratch: None,
             present,
             absent,
+            baseline: None,
         }),
         Base::Scratch(scratch) => Some(Validation {
             containerd,
@@ -363,6 +441,7 @@ fn assemble(
             scratch: Some(scratch),
             present,
             absent,
+            baseline: None,
         }),
         _ => None,
     };
@@ -377,6 +456,37 @@ fn assemble(
     }
 }
 
+/// The names containerd accepts in `disabled_plugins` for its CRI plugin: the short name of
+/// containerd 1.x and the ids of the plugins that serve runtimes in 1.x and 2.x.
+const CRI_PLUGIN_NAMES: &[&str] = &[
+    "cri",
+    "io.containerd.grpc.v1.cri",
+    "io.containerd.cri.v1.runtime",
+];
+
+/// A node whose containerd has no CRI plugin cannot serve a runtime handler to the kubelet:
+/// refused before anything is planned, naming the file and the entry.
+fn ensure_cri_enabled(host: &dyn HostFs, config: &Path) -> Result<(), ConfigError> {
+    let Some(text) = read_host(host, config)? else {
+        return Ok(());
+    };
+    let doc = parse_toml(config, &text)?;
+    let disabled = doc
+        .get("disabled_plugins")
+        .and_then(toml_edit::Item::as_array)
+        .into_iter()
+        .flat_map(|array| array.iter())
+        .filter_map(toml_edit::Value::as_str)
+        .find(|name| CRI_PLUGIN_NAMES.contains(name));
+    match disabled {
+        Some(plugin) => Err(ConfigError::CriDisabled {
+            path: config.to_path_buf(),
+            plugin: plugin.to_string(),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// A config file edited in place: our runtime tables and, optionally, one `imports` entry.
 fn edit_config(
     host: &dyn HostFs,
@@ -385,6 +495,7 @@ fn edit_config(
     runtimes: &[RuntimeEntry],
     import: Option<String>,
     previous: Option<&OwnedFile>,
+    kept: Option<&[KeptRuntime]>,
 ) -> Result<FileOutcome, ConfigError> {
     let before = read_host(host, path)?;
     let (mut doc, version, created) = match &before {
@@ -410,11 +521,13 @@ fn edit_config(
             desired: runtimes,
             previous,
             style: (before.is_none()).then(RuntimeStyle::generated),
+            kept,
         },
     )?;
     let mut owned = OwnedFile::new(path, FileRole::Config);
     owned.created = created;
     owned.handlers = outcome.handlers;
+    owned.kept = outcome.kept;
     owned.created_tables = outcome.created_tables;
     let mut dirty = outcome.dirty || before.is_none();
     if let Some(entry) = import {
@@ -478,6 +591,7 @@ fn generate_drop_in(
             desired: runtimes,
             previous: None,
             style: Some(RuntimeStyle::generated()),
+            kept: None,
         },
     )?;
     let mut owned = OwnedFile::new(path, role.clone());
@@ -580,6 +694,7 @@ fn edit_template(
             desired: runtimes,
             previous,
             style: (before.is_none()).then(RuntimeStyle::generated),
+            kept: None,
         },
     )?;
     let mut owned = OwnedFile::new(path, role.clone());
@@ -803,6 +918,7 @@ fn predict_render(
                 desired: runtimes,
                 previous: previous.as_ref(),
                 style: None,
+                kept: None,
             };
             reconcile_runtimes(&mut doc, &edit)?.dirty
         }

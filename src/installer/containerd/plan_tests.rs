@@ -688,3 +688,204 @@ fn an_empty_set_on_a_file_we_never_touched_leaves_it_alone() {
         assert_eq!(host.files, original.files, "{text:?}");
     }
 }
+
+/// Debian's packaged containerd 1.6 config: a CRI section with CNI settings, no runtime.
+const DEBIAN_16: &str = r#"version = 2
+
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    [plugins."io.containerd.grpc.v1.cri".cni]
+      bin_dir = "/usr/lib/cni"
+      conf_dir = "/etc/cni/net.d"
+  [plugins."io.containerd.internal.v1.opt"]
+    path = "/var/lib/containerd/opt"
+"#;
+
+/// What containerd 1.6 dumps for that file: its implicit default runtime `runc`.
+const DEBIAN_16_DUMP: &str = r#"version = 2
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+      default_runtime_name = "runc"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes]
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+          base_runtime_spec = ""
+          pod_annotations = []
+          privileged_without_host_devices = false
+          runtime_path = ""
+          runtime_type = "io.containerd.runc.v2"
+"#;
+
+fn kept_of(dump: &str, ours: &[&str]) -> Vec<KeptRuntime> {
+    EffectiveConfig::parse(Path::new(MAIN), C1, dump)
+        .unwrap()
+        .runtimes_to_keep(&ours.iter().map(|h| h.to_string()).collect())
+}
+
+#[test]
+fn the_implicit_default_runtime_is_kept_while_ours_are_there() {
+    let mut host = MemoryHost::new().with(MAIN, DEBIAN_16);
+    let kept = kept_of(DEBIAN_16_DUMP, &["spin"]);
+    let target = locate(&host, C1, None).unwrap();
+    let plan = plan_install_keeping(
+        &host,
+        &target,
+        &[spin()],
+        &Ownership::default(),
+        Some(&kept),
+    )
+    .unwrap();
+    host.apply(&plan);
+    let text = main_text(&host);
+    let runc = text
+        .find(r#"[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]"#)
+        .unwrap_or_else(|| panic!("runc is not explicit:\n{text}"));
+    assert!(
+        text[runc..].contains(r#"runtime_type = "io.containerd.runc.v2""#),
+        "{text}"
+    );
+    assert_eq!(plan.ownership.files[0].kept.len(), 1);
+    assert_eq!(
+        plan.ownership.files[0].kept[0].keys,
+        [KeyPath::new(["runtime_type"])]
+    );
+
+    // A later run that does not know the effective configuration leaves runc as it is.
+    let again = plan_install(&host, &target, &[spin()], &plan.ownership).unwrap();
+    assert!(!again.changed, "{:?}", again.writes);
+    assert_eq!(again.ownership, plan.ownership);
+
+    // Removing our last runtime takes runc out again: containerd provides it by itself.
+    let removed = uninstall(&mut host, C1, &plan.ownership);
+    assert!(removed.ownership.is_empty());
+    assert_eq!(main_text(&host), DEBIAN_16);
+}
+
+#[test]
+fn a_runtime_someone_defines_is_not_kept_by_us() {
+    let with_runc = format!(
+        "{DEBIAN_16}\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n"
+    );
+    let host = MemoryHost::new().with(MAIN, &with_runc);
+    let kept = kept_of(DEBIAN_16_DUMP, &["spin"]);
+    let target = locate(&host, C1, None).unwrap();
+    let plan = plan_install_keeping(
+        &host,
+        &target,
+        &[spin()],
+        &Ownership::default(),
+        Some(&kept),
+    )
+    .unwrap();
+    assert!(plan.ownership.files[0].kept.is_empty());
+}
+
+#[test]
+fn a_disabled_cri_plugin_is_refused_in_either_spelling() {
+    for plugin in ["cri", "io.containerd.grpc.v1.cri"] {
+        let host = MemoryHost::new().with(
+            MAIN,
+            format!("version = 2\ndisabled_plugins = [\"{plugin}\"]\n"),
+        );
+        let err = try_install(&host, C1, &[spin()]).unwrap_err();
+        assert!(
+            matches!(&err, ConfigError::CriDisabled { plugin: p, .. } if p == plugin),
+            "{err}"
+        );
+        assert!(err.to_string().contains("disabled_plugins"), "{err}");
+    }
+    let host = MemoryHost::new().with(
+        MAIN,
+        "version = 3\ndisabled_plugins = [\"io.containerd.cri.v1.runtime\"]\n",
+    );
+    assert!(matches!(
+        try_install(&host, C2, &[spin()]),
+        Err(ConfigError::CriDisabled { .. })
+    ));
+    // Other disabled plugins are none of our business.
+    let host = MemoryHost::new().with(
+        MAIN,
+        "version = 2\ndisabled_plugins = [\"io.containerd.snapshotter.v1.btrfs\"]\n",
+    );
+    try_install(&host, C1, &[spin()]).unwrap();
+}
+
+#[test]
+fn an_oci_runtime_is_written_and_recognised_by_its_binary_name() {
+    let crun = RuntimeEntry {
+        handler: "crun".into(),
+        runtime_type: "io.containerd.runc.v2".into(),
+        runtime_path: "/var/lib/containerd-shim-installer/current/crun/bin/crun".into(),
+        managed_key: ManagedKey::BinaryName,
+        pod_annotations: vec![],
+        privileged_without_host_devices: false,
+        options: BTreeMap::from([("SystemdCgroup".into(), OptionValue::Bool(true))]),
+    };
+    let mut host = MemoryHost::new().with(MAIN, "version = 2\n");
+    let plan = install(
+        &mut host,
+        C1,
+        std::slice::from_ref(&crun),
+        &Ownership::default(),
+    );
+    let text = main_text(&host).to_string();
+    assert!(!text.contains("runtime_path"), "{text}");
+    assert!(
+        text.contains("BinaryName = \"/var/lib/containerd-shim-installer/current/crun/bin/crun\""),
+        "{text}"
+    );
+    let expected = &plan.validation.as_ref().unwrap().present[0];
+    assert_eq!(expected.managed_key, ManagedKey::BinaryName);
+
+    // A lost state file: the table is adopted by its BinaryName...
+    let adopted = install(
+        &mut host,
+        C1,
+        std::slice::from_ref(&crun),
+        &Ownership::default(),
+    );
+    assert!(!adopted.changed);
+    assert_eq!(
+        adopted.ownership.files[0].handlers,
+        plan.ownership.files[0].handlers
+    );
+    // ... but a crun table that runs another binary is someone else's.
+    let foreign = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.crun]\n\
+                   runtime_type = \"io.containerd.runc.v2\"\n\
+                   [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.crun.options]\n\
+                   BinaryName = \"/usr/bin/crun\"\n";
+    let host = MemoryHost::new().with(MAIN, foreign);
+    let err = try_install(&host, C1, &[crun]).unwrap_err();
+    assert!(matches!(err, ConfigError::ForeignRuntime { .. }), "{err}");
+}
+
+/// The backup is the file before our first edit: later edits (a changed option, drift repair)
+/// never replace it, and it goes with our last runtime.
+#[test]
+fn the_backup_is_taken_once_and_removed_with_us() {
+    let backup = format!("{MAIN}{BACKUP_SUFFIX}");
+    let original = "version = 2\n# the node's own\n";
+    let mut host = MemoryHost::new().with(MAIN, original);
+    let first = install(&mut host, C1, &[spin()], &Ownership::default());
+    assert_eq!(first.backups.len(), 1);
+    assert_eq!(host.files[Path::new(&backup)], original);
+
+    let changed = RuntimeEntry {
+        options: BTreeMap::from([("SystemdCgroup".into(), OptionValue::Bool(false))]),
+        ..spin()
+    };
+    let second = install(&mut host, C1, &[changed], &first.ownership);
+    assert!(second.changed && second.backups.is_empty(), "{second:#?}");
+    // Someone (gardener-node-agent) rewrites the file without our table: repaired, no backup.
+    replace_in(&mut host, MAIN, "[plugins", "#[plugins");
+    let repaired = install(&mut host, C1, &[spin()], &second.ownership);
+    assert!(repaired.backups.is_empty());
+    assert_eq!(host.files[Path::new(&backup)], original);
+
+    let removed = uninstall(&mut host, C1, &repaired.ownership);
+    assert!(removed.ownership.is_empty());
+    assert!(
+        !host.files.contains_key(Path::new(&backup)),
+        "the backup is left"
+    );
+}

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::desired_shims::{BIN_DIR_PLACEHOLDER, CONFIG_DIR_PLACEHOLDER, DesiredShim, OptionValue};
 
+use super::daemon_version::ContainerdVersion;
 use super::error::ConfigError;
 
 /// The key of a runtime table that holds the path of our managed binary. Its value is also how
@@ -21,6 +22,11 @@ pub enum ManagedKey {
     /// `options.BinaryName`: our binary is an OCI runtime (crun, ...) that containerd's own runc
     /// shim (`io.containerd.runc.v2`, found on containerd's PATH) runs.
     BinaryName,
+    /// `runtime_type` holds the shim's absolute path: containerd 1.6.0 to 1.6.20 read
+    /// `runtime_path` but never hand it to the task service (fixed in 1.6.21), so the shim is
+    /// looked up by its type's binary name on containerd's PATH, where ours is not; an absolute
+    /// path as the runtime type is started as it is.
+    RuntimeType,
 }
 
 impl ManagedKey {
@@ -29,6 +35,7 @@ impl ManagedKey {
         match self {
             ManagedKey::RuntimePath => &["runtime_path"],
             ManagedKey::BinaryName => &["options", "BinaryName"],
+            ManagedKey::RuntimeType => &["runtime_type"],
         }
     }
 
@@ -37,6 +44,7 @@ impl ManagedKey {
         match self {
             ManagedKey::RuntimePath => "runtime_path",
             ManagedKey::BinaryName => "options.BinaryName",
+            ManagedKey::RuntimeType => "runtime_type",
         }
     }
 
@@ -129,6 +137,43 @@ impl RuntimeEntry {
         Ok(entry)
     }
 
+    /// This entry as `containerd` can use it. containerd before 1.7 hands a shim other than runc
+    /// only the options `TypeUrl` and `ConfigPath` (its CRI decodes the table into those two
+    /// fields and drops the rest); an options table without them reaches the shim as an empty
+    /// body, which shims that expect their own options (runwasi's) refuse, failing every pod.
+    /// So there the other options are left out: they could not take effect anyway.
+    ///
+    /// containerd 1.6.0 to 1.6.20 ignore `runtime_path` (see [`ManagedKey::RuntimeType`]): there
+    /// the shim's path is written as its `runtime_type`.
+    pub fn for_containerd(mut self, containerd: ContainerdVersion) -> RuntimeEntry {
+        let passes_everything = self.runtime_type.starts_with("io.containerd.runc.")
+            || (containerd.major, containerd.minor) >= (1, 7);
+        let version = (containerd.major, containerd.minor, containerd.patch);
+        if self.managed_key == ManagedKey::RuntimePath && version < (1, 6, 21) {
+            self.runtime_type = self.runtime_path.clone();
+            self.managed_key = ManagedKey::RuntimeType;
+        }
+        if !passes_everything {
+            let dropped: Vec<String> = self
+                .options
+                .keys()
+                .filter(|key| !GENERIC_OPTIONS.contains(&key.as_str()))
+                .cloned()
+                .collect();
+            if !dropped.is_empty() {
+                tracing::info!(
+                    handler = %self.handler,
+                    %containerd,
+                    ?dropped,
+                    "containerd before 1.7 cannot pass these options to the shim; leaving them out"
+                );
+            }
+            self.options
+                .retain(|key, _| GENERIC_OPTIONS.contains(&key.as_str()));
+        }
+        self
+    }
+
     /// Checks what containerd and Kubernetes require of these values.
     pub fn validate(&self) -> Result<(), ConfigError> {
         validate_handler(&self.handler)?;
@@ -175,13 +220,13 @@ impl RuntimeEntry {
 
     /// Every string value this entry writes, with the key it goes to (relative to the table).
     pub(crate) fn strings(&self) -> Vec<(Vec<&str>, &str)> {
-        let mut out = vec![
-            (vec!["runtime_type"], self.runtime_type.as_str()),
-            (
+        let mut out = vec![(vec!["runtime_type"], self.runtime_type.as_str())];
+        if self.managed_key != ManagedKey::RuntimeType {
+            out.push((
                 self.managed_key.segments().to_vec(),
                 self.runtime_path.as_str(),
-            ),
-        ];
+            ));
+        }
         out.extend(
             self.pod_annotations
                 .iter()
@@ -195,6 +240,9 @@ impl RuntimeEntry {
         out
     }
 }
+
+/// The options containerd's CRI hands to any shim (`runtimeoptions.Options`).
+const GENERIC_OPTIONS: &[&str] = &["TypeUrl", "ConfigPath"];
 
 /// A RuntimeClass handler must be a DNS-1123 label, and the same string is our table key.
 pub fn validate_handler(handler: &str) -> Result<(), ConfigError> {
@@ -371,5 +419,78 @@ mod tests {
         let err = RuntimeEntry::from_desired(&gvisor(), bad, Path::new("/c"), Path::new("/b"))
             .unwrap_err();
         assert!(matches!(err, ConfigError::NonUtf8Path { .. }), "{err}");
+    }
+
+    #[test]
+    fn containerd_before_1_7_gets_only_the_options_it_can_pass() {
+        let entry = |runtime_type: &str| RuntimeEntry {
+            handler: "h".into(),
+            runtime_type: runtime_type.into(),
+            runtime_path: "/opt/h".into(),
+            managed_key: ManagedKey::RuntimePath,
+            pod_annotations: vec![],
+            privileged_without_host_devices: false,
+            options: BTreeMap::from([
+                ("SystemdCgroup".into(), OptionValue::Bool(true)),
+                ("ConfigPath".into(), OptionValue::String("/x.toml".into())),
+            ]),
+        };
+        let c16 = ContainerdVersion::new(1, 6, 20);
+        let wasm = entry("io.containerd.wasmtime.v1").for_containerd(c16);
+        assert_eq!(wasm.options.keys().collect::<Vec<_>>(), ["ConfigPath"]);
+        // runc's shim decodes all of its options, and 1.7 and 2.x pass the whole table.
+        let runc = entry("io.containerd.runc.v2").for_containerd(c16);
+        assert_eq!(runc.options.len(), 2);
+        for newer in [
+            ContainerdVersion::new(1, 7, 0),
+            ContainerdVersion::new(2, 3, 7),
+        ] {
+            assert_eq!(
+                entry("io.containerd.wasmtime.v1")
+                    .for_containerd(newer)
+                    .options
+                    .len(),
+                2
+            );
+        }
+    }
+
+    #[test]
+    fn containerd_1_6_before_21_gets_the_shim_path_as_its_runtime_type() {
+        let shim = RuntimeEntry {
+            handler: "wasmtime".into(),
+            runtime_type: "io.containerd.wasmtime.v1".into(),
+            runtime_path: "/var/lib/containerd-shim-installer/current/wasmtime/bin/shim".into(),
+            managed_key: ManagedKey::RuntimePath,
+            pod_annotations: vec![],
+            privileged_without_host_devices: false,
+            options: BTreeMap::new(),
+        };
+        let old = shim
+            .clone()
+            .for_containerd(ContainerdVersion::new(1, 6, 20));
+        assert_eq!(old.managed_key, ManagedKey::RuntimeType);
+        assert_eq!(old.runtime_type, shim.runtime_path);
+        assert_eq!(
+            old.strings(),
+            [(vec!["runtime_type"], shim.runtime_path.as_str())]
+        );
+        for fixed in [
+            ContainerdVersion::new(1, 6, 21),
+            ContainerdVersion::new(1, 7, 0),
+        ] {
+            assert_eq!(shim.clone().for_containerd(fixed), shim);
+        }
+        // An OCI runtime keeps containerd's own runc shim, found by its type.
+        let crun = RuntimeEntry {
+            runtime_type: "io.containerd.runc.v2".into(),
+            managed_key: ManagedKey::BinaryName,
+            ..shim.clone()
+        };
+        assert_eq!(
+            crun.clone()
+                .for_containerd(ContainerdVersion::new(1, 6, 20)),
+            crun
+        );
     }
 }

@@ -115,6 +115,11 @@ pub trait Host: HostFs + Send + Sync {
     /// The executables of all running processes of the host.
     fn running_executables(&self) -> io::Result<Vec<RunningExe>>;
 
+    /// How many pod sandboxes (ready or not, until removed) the CRI has with this runtime
+    /// handler; `None` when the host cannot tell (no `crictl`). A shim stays on the node while
+    /// a sandbox uses it: containerd needs its files to stop and remove that pod.
+    fn sandboxes_with_handler(&self, handler: &str) -> Result<Option<usize>, String>;
+
     // ----- commands in the host's mount namespace -----
 
     /// `containerd --version`.

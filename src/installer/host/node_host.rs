@@ -81,6 +81,11 @@ impl NodeHost {
 
     /// Runs argv in the host's mount namespace with a timeout.
     fn run(&self, argv: &[&str]) -> Result<Output, String> {
+        self.run_with_input(argv, None)
+    }
+
+    /// [`NodeHost::run`], writing `input` to the command's stdin.
+    fn run_with_input(&self, argv: &[&str], input: Option<&[u8]>) -> Result<Output, String> {
         let Some((program, args)) = argv.split_first() else {
             return Err("empty command".into());
         };
@@ -97,7 +102,11 @@ impl NodeHost {
             .env_clear()
             .env("PATH", HOST_PATH)
             .env("LANG", "C")
-            .stdin(Stdio::null())
+            .stdin(if input.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         // SAFETY: the closure runs in the forked child before exec and only performs one raw
@@ -111,9 +120,14 @@ impl NodeHost {
                 .map_err(io::Error::from)
             });
         }
-        let child = command
+        let mut child = command
             .spawn()
             .map_err(|err| format!("cannot start `{}` on the host: {err}", argv.join(" ")))?;
+        if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
+            use std::io::Write;
+            // A command that exits without reading its input is judged by its exit status.
+            let _ = stdin.write_all(input);
+        }
         wait_with_timeout(child, self.config.command_timeout)
             .map_err(|err| format!("`{}`: {err}", argv.join(" ")))
     }
@@ -145,7 +159,7 @@ impl NodeHost {
         match self.run(&["crictl", "--runtime-endpoint", endpoint, "info"]) {
             Ok(output) if output.status.success() => {
                 check_cri_info(&String::from_utf8_lossy(&output.stdout), runtimes)
-                    .map(|()| "crictl info".to_string())
+                    .map(|()| CRICTL_EVIDENCE.to_string())
             }
             Ok(output) => Err(format!(
                 "`crictl info` failed: {}",
@@ -171,6 +185,56 @@ impl NodeHost {
             }
             Err(err) => Err(err),
         }
+    }
+
+    /// Starts a pod sandbox with `handler` through the CRI and removes it again. Listing the
+    /// handler only shows that containerd read the configuration; starting a sandbox makes
+    /// containerd start the runtime, so a binary that cannot run here (another architecture,
+    /// a missing library, an OCI spec version it does not know) fails now, before the node is
+    /// labelled, instead of in the first pod of the RuntimeClass. The sandbox shares the
+    /// node's network (no CNI involved) and uses the node's own sandbox image.
+    fn start_sandbox(&self, handler: &str) -> Result<(), String> {
+        let endpoint = self.config.cri_endpoint.as_str();
+        let attempt = jiff::Timestamp::now().as_nanosecond();
+        let config = serde_json::json!({
+            "metadata": {
+                "name": format!("containerd-shim-verify-{handler}"),
+                "namespace": "kube-system",
+                "uid": format!("containerd-shim-verify-{handler}-{attempt}"),
+                "attempt": 0
+            },
+            "labels": {"containerd-shim.extensions.gardener.cloud/verify": handler},
+            // 2 = NODE: the sandbox shares the node's network namespace.
+            "linux": {"security_context": {"namespace_options": {"network": 2}}}
+        });
+        let config = config.to_string();
+        let output = self.run_with_input(
+            &[
+                "crictl",
+                "--runtime-endpoint",
+                endpoint,
+                "--timeout",
+                "60s",
+                "runp",
+                "--runtime",
+                handler,
+                "/dev/stdin",
+            ],
+            Some(config.as_bytes()),
+        )?;
+        if !output.status.success() {
+            return Err(format!(
+                "containerd could not start a pod sandbox with runtime handler {handler}: {}",
+                String::from_utf8_lossy(&output.stderr).trim()
+            ));
+        }
+        let id = String::from_utf8_lossy(&output.stdout).trim().to_string();
+        for verb in ["stopp", "rmp"] {
+            if let Err(err) = self.run_ok(&["crictl", "--runtime-endpoint", endpoint, verb, &id]) {
+                tracing::warn!(error = %err, sandbox = %id, "cannot remove the verification sandbox");
+            }
+        }
+        Ok(())
     }
 
     fn containerd_major_version(
@@ -221,6 +285,50 @@ fn wait_with_timeout(mut child: std::process::Child, timeout: Duration) -> io::R
         stdout,
         stderr,
     })
+}
+
+/// How many times a sandbox start is tried before the handler counts as broken: the first
+/// start after a restart can meet a CRI that is still settling.
+const SANDBOX_ATTEMPTS: u32 = 3;
+
+impl NodeHost {
+    fn start_sandbox_with_retries(&self, handler: &str) -> Result<(), String> {
+        let mut attempt = 1;
+        loop {
+            match self.start_sandbox(handler) {
+                Ok(()) => return Ok(()),
+                Err(err) if attempt >= SANDBOX_ATTEMPTS => return Err(err),
+                Err(err) => {
+                    tracing::debug!(error = %err, attempt, "starting the verification sandbox failed");
+                    std::thread::sleep(Duration::from_secs(2));
+                    attempt += 1;
+                }
+            }
+        }
+    }
+}
+
+/// The evidence of a verification through the CRI (crictl is on the host).
+const CRICTL_EVIDENCE: &str = "crictl info";
+
+/// `crictl pods -o json`: the sandboxes whose runtime handler is `handler`.
+pub(crate) fn count_sandboxes(json: &str, handler: &str) -> Result<usize, String> {
+    let value: serde_json::Value =
+        serde_json::from_str(json).map_err(|err| format!("`crictl pods` is not JSON: {err}"))?;
+    Ok(value
+        .get("items")
+        .and_then(serde_json::Value::as_array)
+        .map(|items| {
+            items
+                .iter()
+                .filter(|item| {
+                    item.get("runtimeHandler")
+                        .and_then(serde_json::Value::as_str)
+                        == Some(handler)
+                })
+                .count()
+        })
+        .unwrap_or(0))
 }
 
 /// `crictl info`: the runtime is ready and the CRI config lists our runtimes as written.
@@ -316,6 +424,28 @@ impl Host for NodeHost {
         scan_proc(&self.config.proc_dir)
     }
 
+    fn sandboxes_with_handler(&self, handler: &str) -> Result<Option<usize>, String> {
+        let endpoint = self.config.cri_endpoint.as_str();
+        match self.run(&[
+            "crictl",
+            "--runtime-endpoint",
+            endpoint,
+            "pods",
+            "-o",
+            "json",
+        ]) {
+            Ok(output) if output.status.success() => {
+                count_sandboxes(&String::from_utf8_lossy(&output.stdout), handler).map(Some)
+            }
+            Ok(output) => Err(format!(
+                "`crictl pods` failed: {}",
+                String::from_utf8_lossy(&output.stderr).trim()
+            )),
+            Err(err) if err.contains("cannot start") => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
+
     fn containerd_version(&self) -> Result<String, String> {
         self.run_ok(&[self.config.containerd_binary.as_str(), "--version"])
     }
@@ -344,8 +474,15 @@ impl Host for NodeHost {
         let mut delay = Duration::from_millis(500);
         loop {
             match self.verify_once(runtimes) {
+                Ok(evidence) if evidence == CRICTL_EVIDENCE => {
+                    for runtime in runtimes {
+                        self.start_sandbox_with_retries(&runtime.handler)?;
+                    }
+                    tracing::info!(%evidence, "containerd verified: each handler started a pod sandbox");
+                    return Ok(());
+                }
                 Ok(evidence) => {
-                    tracing::info!(%evidence, "containerd verified");
+                    tracing::warn!(%evidence, "containerd verified without crictl: the handlers were not started");
                     return Ok(());
                 }
                 Err(err) if Instant::now() + delay >= deadline => {
@@ -397,6 +534,16 @@ pub(crate) fn scan_proc(proc_dir: &Path) -> io::Result<Vec<RunningExe>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_the_sandboxes_of_a_handler() {
+        let json = r#"{"items":[{"id":"a","runtimeHandler":"crun"},{"id":"b","runtimeHandler":""},
+                                {"id":"c","runtimeHandler":"crun"}]}"#;
+        assert_eq!(count_sandboxes(json, "crun"), Ok(2));
+        assert_eq!(count_sandboxes(json, "spin"), Ok(0));
+        assert_eq!(count_sandboxes("{}", "crun"), Ok(0));
+        assert!(count_sandboxes("nope", "crun").is_err());
+    }
 
     #[test]
     fn reads_cri_info() {

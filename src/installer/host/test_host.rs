@@ -7,7 +7,7 @@
 //! verification then checks our runtimes against what was loaded, so a config that was written
 //! but never restarted into is not mistaken for a working one.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -74,6 +74,7 @@ pub struct TestHost {
     processes: Mutex<Vec<Process>>,
     events: Mutex<Vec<HostEvent>>,
     hook: Mutex<Option<Arc<Hook>>>,
+    sandboxes: Mutex<BTreeMap<String, usize>>,
 }
 
 impl TestHost {
@@ -94,7 +95,13 @@ impl TestHost {
             processes: Mutex::new(Vec::new()),
             events: Mutex::new(Vec::new()),
             hook: Mutex::new(None),
+            sandboxes: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// Pretends the CRI has this many pod sandboxes with the handler.
+    pub fn set_sandboxes(&self, handler: &str, count: usize) {
+        lock(&self.sandboxes).insert(handler.to_string(), count);
     }
 
     /// The directory standing in for `/`.
@@ -354,6 +361,12 @@ impl Host for TestHost {
     fn check_writable(&self, dir: &Path) -> io::Result<()> {
         self.guard_write(dir)?;
         self.fs.check_writable(dir)
+    }
+
+    fn sandboxes_with_handler(&self, handler: &str) -> Result<Option<usize>, String> {
+        Ok(Some(
+            lock(&self.sandboxes).get(handler).copied().unwrap_or(0),
+        ))
     }
 
     fn running_executables(&self) -> io::Result<Vec<RunningExe>> {

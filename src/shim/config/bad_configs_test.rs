@@ -471,3 +471,69 @@ fn all_problems_are_reported_together() {
         "{err}"
     );
 }
+
+#[test]
+fn a_shoot_without_an_admission_policy_api_is_refused_naming_its_version() {
+    let mut old = shoot();
+    old.spec.kubernetes.version = "1.28.15".into();
+    let provider_config = config(json!([{"name": "spin"}]));
+    let err = super::load(Some(&provider_config), &catalog(), &old).unwrap_err();
+    assert_eq!(err.codes(), vec![ErrorCode::ConfigurationProblem]);
+    let paths: Vec<&str> = err.errors.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(paths, ["Shoot.spec.kubernetes.version"], "{err}");
+    assert!(err.to_string().contains("\"1.28.15\" is too old"), "{err}");
+}
+
+#[test]
+fn the_operators_custom_shim_rules_are_enforced_naming_field_and_value() {
+    use super::custom_policy::CustomShimPolicy;
+    let strict = |allowed: bool| {
+        let mut catalog = catalog();
+        catalog.custom_shims = CustomShimPolicy::new(
+            allowed,
+            &["github.com".to_string()],
+            &["ghcr.io/example".to_string()],
+        )
+        .unwrap();
+        catalog
+    };
+
+    let url_shim = one(custom(url_binary("https://evil.example/shim", &sha('a'))));
+    let err = super::load(Some(&url_shim), &strict(true), &shoot()).unwrap_err();
+    assert_eq!(err.errors.len(), 1, "{err}");
+    assert_eq!(
+        err.errors[0].path,
+        "providerConfig.shims[0].custom.binaries[0].url.amd64.url"
+    );
+    assert!(
+        err.errors[0]
+            .detail
+            .starts_with("\"https://evil.example/shim\" downloads from host \"evil.example\""),
+        "{err}"
+    );
+    let github = one(custom(url_binary("https://github.com/o/r/shim", &sha('a'))));
+    assert!(super::load(Some(&github), &strict(true), &shoot()).is_ok());
+
+    let image_shim = one(custom(image_binary("docker.io/someone/shim:v1", "/shim")));
+    let err = super::load(Some(&image_shim), &strict(true), &shoot()).unwrap_err();
+    assert_eq!(
+        err.errors[0].path,
+        "providerConfig.shims[0].custom.binaries[0].image.ref"
+    );
+    assert!(
+        err.errors[0].detail.contains("\"docker.io/someone/shim\""),
+        "{err}"
+    );
+    let ours = one(custom(image_binary("ghcr.io/example/shim:v1", "/shim")));
+    assert!(super::load(Some(&ours), &strict(true), &shoot()).is_ok());
+
+    let err = super::load(Some(&ours), &strict(false), &shoot()).unwrap_err();
+    assert_eq!(err.codes(), vec![ErrorCode::ConfigurationProblem]);
+    assert_eq!(err.errors[0].path, "providerConfig.shims[0].custom");
+    assert!(
+        err.errors[0].detail.contains("not allowed by the operator"),
+        "{err}"
+    );
+    let catalog_shim = one(json!({"name": "spin"}));
+    assert!(super::load(Some(&catalog_shim), &strict(false), &shoot()).is_ok());
+}

@@ -16,6 +16,7 @@
 //! The merged catalog is validated as a whole; a bad overlay stops the controller at start-up
 //! rather than failing shoots one by one.
 
+use super::custom_policy::CustomShimPolicy;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -43,10 +44,13 @@ pub const RESERVED_HANDLERS: &[&str] = &["runc", "default"];
 /// `ociRuntime` installs.
 pub const OCI_RUNTIME_SHIM: &str = "io.containerd.runc.v2";
 
-/// The shim catalog: entries by name.
+/// What this installation offers: the catalog entries by name, and the operator's rules for
+/// custom shims beyond them.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Catalog {
     pub shims: BTreeMap<String, CatalogEntry>,
+    #[serde(skip)]
+    pub custom_shims: CustomShimPolicy,
 }
 
 /// Everything known about one well-known shim.
@@ -226,6 +230,7 @@ impl Catalog {
     pub fn builtin() -> Result<Catalog, CatalogError> {
         Catalog {
             shims: BTreeMap::new(),
+            custom_shims: CustomShimPolicy::default(),
         }
         .with_overlay_yaml("built-in", BUILTIN)
     }
@@ -636,6 +641,19 @@ mod tests {
         assert!(kata.overhead.is_some());
     }
 
+    /// A pod annotation containerd passes to a shim is input from whoever creates pods; the
+    /// built-in entries pass none, so no pod author can reach a host-side process's arguments.
+    #[test]
+    fn builtin_entries_pass_no_pod_annotations() {
+        for (name, entry) in &builtin().shims {
+            assert!(
+                entry.pod_annotations.is_empty(),
+                "{name} passes {:?}",
+                entry.pod_annotations
+            );
+        }
+    }
+
     #[test]
     fn overlay_adds_an_entry_and_changes_fields_of_a_builtin_one() {
         let overlay = r#"
@@ -667,7 +685,7 @@ shims:
         assert_eq!(spin.default_version, "v0.21.0");
         assert_eq!(
             spin.versions.keys().collect::<Vec<_>>(),
-            ["v0.21.0", "v0.22.0"]
+            ["v0.21.0", "v0.24.0"]
         );
         assert_eq!(
             spin.runtime_type, "io.containerd.spin.v2",
@@ -693,7 +711,7 @@ shims:
   spin:
     defaultVersion: v1
     versions:
-      v0.22.0: null
+      v0.24.0: null
       v1: {image: spin-v1}
     options:
       SystemdCgroup: null

@@ -21,6 +21,11 @@ impl FieldPath {
         FieldPath(ROOT.to_owned())
     }
 
+    /// `Shoot`: for the few Shoot fields that decide whether the extension can serve it.
+    pub fn shoot() -> Self {
+        FieldPath("Shoot".to_owned())
+    }
+
     /// `<self>.<name>`.
     pub fn child(&self, name: &str) -> Self {
         FieldPath(format!("{}.{name}", self.0))
@@ -50,7 +55,7 @@ impl fmt::Display for FieldPath {
 /// One problem in the providerConfig.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FieldError {
-    /// Where: always starts with [`ROOT`].
+    /// Where: starts with [`ROOT`], or with `Shoot` for a Shoot field.
     pub path: String,
     /// What is wrong, starting with the offending value where there is one.
     pub detail: String,
@@ -92,7 +97,8 @@ pub fn quote(value: &str) -> String {
     }
 }
 
-/// Why a providerConfig was rejected: every problem found, not only the first.
+/// Why a providerConfig was rejected (or the Shoot cannot take it): every problem found, not
+/// only the first.
 ///
 /// A shoot owner fixes all of them by editing the Shoot, so the error always carries
 /// `ERR_CONFIGURATION_PROBLEM`; the actuator stops before touching the applied bundle.
@@ -111,11 +117,16 @@ impl ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = if self.errors.iter().all(|e| e.path.starts_with(ROOT)) {
+            "invalid providerConfig"
+        } else {
+            "invalid configuration"
+        };
         match self.errors.as_slice() {
-            [] => f.write_str("invalid providerConfig"),
-            [one] => write!(f, "invalid providerConfig: {one}"),
+            [] => f.write_str(what),
+            [one] => write!(f, "{what}: {one}"),
             many => {
-                write!(f, "invalid providerConfig ({} problems):", many.len())?;
+                write!(f, "{what} ({} problems):", many.len())?;
                 for error in many {
                     write!(f, "\n- {error}")?;
                 }

@@ -1,6 +1,8 @@
 //! The extension's image vector: `charts/images.yaml`, embedded at build time and overridden
 //! at run time through `IMAGEVECTOR_OVERWRITE`.
 
+use super::catalog::Catalog;
+use super::syntax;
 use crate::gardener::imagevector::{Image, ImageVector, ImageVectorError};
 
 /// Image-vector name of the seed controller.
@@ -19,6 +21,45 @@ pub fn embedded() -> Result<ImageVector, ImageVectorError> {
 /// The embedded image vector merged with the operator's override from `IMAGEVECTOR_OVERWRITE`.
 pub fn image_vector() -> Result<ImageVector, ImageVectorError> {
     embedded()?.with_env_override()
+}
+
+/// Every image the extension may hand to a shoot, resolved once: the installer, and every
+/// version of every catalog entry on each architecture the entry supports. The controller runs
+/// this at start-up, so an overlay or image-vector override that names a missing image or
+/// writes an unusable reference stops it there, not when a shoot first selects the entry.
+pub fn check_catalog_images(vector: &ImageVector, catalog: &Catalog) -> Result<(), Vec<String>> {
+    let mut problems = Vec::new();
+    let mut check = |what: String, image: Result<Image, ImageVectorError>| match image {
+        Ok(image) => {
+            if let Err(problem) = syntax::image_reference(&image.to_string()) {
+                problems.push(format!("{what}: {image} {problem}"));
+            }
+        }
+        Err(e) => problems.push(format!("{what}: {e}")),
+    };
+    check(
+        format!("image {INSTALLER_IMAGE:?}"),
+        own_image(vector, INSTALLER_IMAGE),
+    );
+    for (name, entry) in &catalog.shims {
+        for (version, spec) in &entry.versions {
+            for arch in &entry.architectures {
+                check(
+                    format!(
+                        "catalog.shims[{name}].versions[{version}] ({}): image {:?}",
+                        arch.as_str(),
+                        spec.image
+                    ),
+                    vector.find_image(&spec.image, None, None, Some(arch.as_str())),
+                );
+            }
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
+    }
 }
 
 /// One of the extension's own images. Entries without a tag get the extension's version,
@@ -60,5 +101,74 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The repository prefix of the payload images this repository builds
+    /// (hack/images/payloads/<catalog entry>/Dockerfile).
+    const OUR_PAYLOADS: &str = "europe-docker.pkg.dev/gardener-project/public/gardener/extensions/containerd-shim-payload/";
+
+    fn repo_file(path: &str) -> String {
+        let full = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+        std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{}: {e}", full.display()))
+    }
+
+    #[test]
+    fn our_payload_images_are_built_with_the_catalog_version_and_layout() {
+        let vector = embedded().unwrap();
+        let catalog = Catalog::builtin().unwrap();
+        let build_script = repo_file("hack/images/payloads/build.sh");
+        // The entry -> image-name table of build.sh: lines `  [<entry>]=<image>`.
+        let table: std::collections::BTreeMap<&str, &str> = build_script
+            .lines()
+            .filter_map(|line| line.trim().strip_prefix('['))
+            .filter_map(|rest| rest.split_once("]="))
+            .collect();
+        let mut ours = std::collections::BTreeMap::new();
+        for (name, entry) in &catalog.shims {
+            for (version, spec) in &entry.versions {
+                let image = vector
+                    .find_image(&spec.image, None, Some("1.33.0"), None)
+                    .unwrap();
+                let repository = image.repository.as_deref().unwrap_or_default();
+                if !repository.starts_with(OUR_PAYLOADS) {
+                    continue;
+                }
+                ours.insert(name.as_str(), spec.image.as_str());
+                assert_eq!(
+                    image.tag.as_deref(),
+                    Some(version.as_str()),
+                    "{name}: the payload's tag is the catalog version"
+                );
+                let dockerfile = repo_file(&format!("hack/images/payloads/{name}/Dockerfile"));
+                assert!(
+                    dockerfile.contains(&format!("\nARG VERSION={version}\n")),
+                    "hack/images/payloads/{name}/Dockerfile does not build version {version}"
+                );
+                for binary in &entry.binaries {
+                    assert_eq!(
+                        binary.path,
+                        format!("/payload/{}", binary.name),
+                        "{name}: our payloads keep every file flat under /payload/"
+                    );
+                    assert!(
+                        dockerfile.contains(&format!("/out/payload/{}\n", binary.name))
+                            || dockerfile.contains(&format!("/out/payload/{}; \\", binary.name)),
+                        "hack/images/payloads/{name}/Dockerfile does not write {}",
+                        binary.path
+                    );
+                }
+                for arch in &entry.architectures {
+                    assert!(
+                        dockerfile.contains(&format!("{})", arch.as_str()))
+                            || dockerfile.contains(&format!("!= {}", arch.as_str())),
+                        "hack/images/payloads/{name}/Dockerfile does not handle {arch:?}"
+                    );
+                }
+            }
+        }
+        assert_eq!(
+            table, ours,
+            "hack/images/payloads/build.sh must list exactly the entries whose payload is ours"
+        );
     }
 }

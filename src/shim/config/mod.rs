@@ -13,7 +13,9 @@
 //! Errors of steps 1 and 2 are [`error::ConfigError`]s with `ERR_CONFIGURATION_PROBLEM`; the
 //! actuator reports them and leaves the previously applied bundle alone.
 
+pub mod admission;
 pub mod catalog;
+pub mod custom_policy;
 pub mod decode;
 pub mod desired;
 pub mod error;
@@ -32,7 +34,7 @@ mod examples_test;
 #[cfg(test)]
 mod properties_test;
 #[cfg(test)]
-mod test_support;
+pub(crate) mod test_support;
 #[cfg(test)]
 mod valid_configs_test;
 

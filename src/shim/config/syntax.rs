@@ -353,13 +353,18 @@ pub fn non_negative_quantity(s: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// An entry of containerd's `pod_annotations`: an annotation key, or a key prefix followed by
-/// one `*` (containerd matches these as globs). A bare `*` would hand every annotation of
-/// every pod to the shim and is refused.
+/// An entry of containerd's `pod_annotations`: an annotation key, or a scoped key prefix
+/// followed by one `*` (containerd matches these as globs). The prefix must end at a scope
+/// boundary (`.` or `/`) of a dotted domain, such as `io.katacontainers.config.runtime.` or
+/// `example.com/`, so that it cannot reach into other tools' annotations by accident; a bare
+/// `*` would hand every annotation of every pod to the shim.
 pub fn annotation_pattern(s: &str) -> Result<(), String> {
     match s.strip_suffix('*') {
         Some(stem) => {
             let ok = !stem.is_empty()
+                && (stem.ends_with('.') || stem.ends_with('/'))
+                && stem.contains('.')
+                && !stem.contains("..")
                 && stem.len() <= 253
                 && stem.starts_with(|c: char| c.is_ascii_alphanumeric())
                 && stem.matches('/').count() <= 1
@@ -369,11 +374,11 @@ pub fn annotation_pattern(s: &str) -> Result<(), String> {
             if ok {
                 Ok(())
             } else {
-                Err("is not a valid annotation pattern (an annotation key, or a key prefix such as io.katacontainers.* ending in one '*')".into())
+                Err("is not a valid annotation pattern (an annotation key, or a dotted key prefix ending in '.' or '/' and then one '*', such as example.com/*)".into())
             }
         }
         None => qualified_name(s).map_err(|_| {
-            "is not a valid annotation pattern (an annotation key, or a key prefix such as io.katacontainers.* ending in one '*')".into()
+            "is not a valid annotation pattern (an annotation key, or a dotted key prefix ending in '.' or '/' and then one '*', such as example.com/*)".into()
         }),
     }
 }
@@ -572,7 +577,9 @@ mod tests {
         ] {
             assert!(annotation_pattern(ok).is_ok(), "{ok}");
         }
-        for bad in ["*", "", "a*b", "**", "/x*", "a/b/c*", "io.*.x"] {
+        for bad in [
+            "*", "", "a*b", "**", "/x*", "a/b/c*", "io.*.x", "io.k*", "example*", "x/*", "io..*",
+        ] {
             assert!(annotation_pattern(bad).is_err(), "{bad}");
         }
     }

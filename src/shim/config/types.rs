@@ -87,8 +87,9 @@ pub struct Shim {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_selector: BTreeMap<String, String>,
     /// Pod annotations containerd passes through to the shim (`pod_annotations`): annotation
-    /// keys, or key prefixes ending in `*` such as `io.katacontainers.*`. Unset: the catalog's
-    /// default; set (even to an empty list): exactly this list.
+    /// keys, or dotted key prefixes ending in `.` or `/` and then `*`, such as
+    /// `example.com/*`. Unset: the catalog's default; set (even to an empty list): exactly
+    /// this list.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_annotations: Option<Vec<String>>,
 }

@@ -41,7 +41,7 @@ fn a_bare_catalog_name_gets_every_default() {
     assert_eq!(spin.handler, "spin");
     assert_eq!(spin.runtime_class_name, "wasmtime-spin-v2");
     assert_eq!(spin.runtime_type, "io.containerd.spin.v2");
-    assert_eq!(spin.version, "v0.22.0");
+    assert_eq!(spin.version, "v0.24.0");
     assert_eq!(spin.options["SystemdCgroup"], OptionValue::Bool(true));
     assert_eq!(
         spin.worker_pools,
@@ -86,7 +86,7 @@ fn spin_becomes_a_desired_shim_with_the_image_vector_image() {
     assert_eq!(
         shim.binaries[0].source,
         BinarySource::Image {
-            image: "ghcr.io/spinframework/containerd-shim-spin/node-installer:v0.22.0".into(),
+            image: "ghcr.io/spinframework/containerd-shim-spin/node-installer:v0.24.0".into(),
             path: "/assets/containerd-shim-spin-v2".into(),
             sha256: BTreeMap::new(),
         }
@@ -134,7 +134,17 @@ fn kata_is_privileged_without_host_devices_and_suggests_overhead() {
     assert_eq!(kata.handler, "kata-qemu");
     assert_eq!(kata.runtime_type, "io.containerd.kata-qemu.v2");
     assert_eq!(kata.binaries[0].name, "containerd-shim-kata-v2");
-    assert_eq!(kata.pod_annotations, ["io.katacontainers.*"]);
+    assert!(
+        kata.pod_annotations.is_empty(),
+        "{:?}",
+        kata.pod_annotations
+    );
+    assert!(
+        kata.config_files[0]
+            .content
+            .contains("enable_annotations = []"),
+        "Kata must honour no hypervisor annotation"
+    );
     assert_eq!(
         kata.overhead,
         BTreeMap::from([

@@ -10,7 +10,9 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use super::admission::{self, PolicyApi};
 use super::catalog::{self, Catalog, CatalogEntry};
+use super::custom_policy::CustomShimPolicy;
 use super::error::{ConfigError, FieldError, FieldPath, quote};
 use super::pools::{self, SelectedPool};
 use super::scheduling;
@@ -39,6 +41,8 @@ pub struct ValidatedConfig {
     pub rollout: ValidatedRollout,
     /// The Shoot's Kubernetes version: the image vector's target version.
     pub kubernetes_version: Option<String>,
+    /// The admission-policy API that confines the installer on this Shoot.
+    pub policy_api: PolicyApi,
 }
 
 /// Rollout settings with defaults applied.
@@ -174,14 +178,18 @@ pub fn validate(
         shims.push(validated);
     }
     let rollout = validate_rollout(config.rollout.as_ref(), &root.child("rollout"), &mut errors);
-    if !errors.is_empty() {
+    let policy_api = admission::policy_api(shoot)
+        .inspect_err(|e| errors.push(e.clone()))
+        .ok();
+    let (Some(policy_api), true) = (policy_api, errors.is_empty()) else {
         return Err(ConfigError { errors });
-    }
+    };
     shims.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(ValidatedConfig {
         shims,
         rollout,
         kubernetes_version: Some(shoot.spec.kubernetes.version.clone()).filter(|v| !v.is_empty()),
+        policy_api,
     })
 }
 
@@ -334,7 +342,8 @@ fn validate_shim(
         }
         Source::Custom(custom) => {
             let custom_path = path.child("custom");
-            let binaries = custom_binaries(custom, &custom_path, &pools, errors);
+            let binaries =
+                custom_binaries(custom, &custom_path, &pools, &catalog.custom_shims, errors);
             ValidatedShim {
                 name: shim.name.clone(),
                 origin: ShimOrigin::Custom,
@@ -378,6 +387,16 @@ fn resolve_source<'a>(
             errors.push(FieldError::new(
                 path,
                 "sets both catalog and custom; choose one",
+            ));
+            None
+        }
+        (None, Some(_)) if catalog.custom_shims.disallowed => {
+            errors.push(FieldError::new(
+                &path.child("custom"),
+                format!(
+                    "custom shims are not allowed by the operator of this installation; use a catalog shim ({})",
+                    known()
+                ),
             ));
             None
         }
@@ -455,6 +474,7 @@ fn custom_binaries(
     custom: &CustomShim,
     path: &FieldPath,
     pools: &[SelectedPool],
+    policy: &CustomShimPolicy,
     errors: &mut Vec<FieldError>,
 ) -> Vec<ValidatedBinary> {
     let list = path.child("binaries");
@@ -501,8 +521,8 @@ fn custom_binaries(
                 ));
                 None
             }
-            (Some(image), None) => image_source(image, &at.child("image"), errors),
-            (None, Some(url)) => url_source(url, &at.child("url"), pools, errors),
+            (Some(image), None) => image_source(image, &at.child("image"), policy, errors),
+            (None, Some(url)) => url_source(url, &at.child("url"), pools, policy, errors),
         };
         if let Some(source) = source {
             out.push(ValidatedBinary {
@@ -517,10 +537,13 @@ fn custom_binaries(
 fn image_source(
     image: &types::ImageFile,
     path: &FieldPath,
+    policy: &CustomShimPolicy,
     errors: &mut Vec<FieldError>,
 ) -> Option<ValidatedSource> {
     let before = errors.len();
-    if let Err(problem) = syntax::image_reference(&image.reference) {
+    if let Err(problem) = syntax::image_reference(&image.reference)
+        .and_then(|()| policy.check_image(&image.reference))
+    {
         errors.push(FieldError::invalid(
             &path.child("ref"),
             &image.reference,
@@ -560,6 +583,7 @@ fn url_source(
     url: &types::UrlFile,
     path: &FieldPath,
     pools: &[SelectedPool],
+    policy: &CustomShimPolicy,
     errors: &mut Vec<FieldError>,
 ) -> Option<ValidatedSource> {
     let before = errors.len();
@@ -567,7 +591,9 @@ fn url_source(
     for (arch, artifact) in [(Arch::Amd64, &url.amd64), (Arch::Arm64, &url.arm64)] {
         let Some(artifact) = artifact else { continue };
         let at = path.child(arch.as_str());
-        if let Err(problem) = syntax::https_url(&artifact.url) {
+        if let Err(problem) =
+            syntax::https_url(&artifact.url).and_then(|()| policy.check_url(&artifact.url))
+        {
             errors.push(FieldError::invalid(
                 &at.child("url"),
                 &artifact.url,

@@ -1,4 +1,4 @@
-//! The installer DaemonSet and the ConfigMap with the desired set.
+//! The installer DaemonSets (one per worker pool) and the ConfigMaps with their desired sets.
 //!
 //! Binaries from images reach the node without a registry client on the node: an init container
 //! copies the installer binary into a shared emptyDir, and one init container per shim image
@@ -11,11 +11,12 @@ use k8s_openapi::api::apps::v1::{
     DaemonSet, DaemonSetSpec, DaemonSetUpdateStrategy, RollingUpdateDaemonSet,
 };
 use k8s_openapi::api::core::v1::{
-    Affinity, AppArmorProfile, Capabilities, ConfigMap, ConfigMapVolumeSource, Container,
-    EmptyDirVolumeSource, EnvVar, EnvVarSource, ExecAction, HostPathVolumeSource, NodeAffinity,
-    NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectFieldSelector, PodSpec,
-    PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext, Toleration,
-    Volume, VolumeMount,
+    Affinity, AppArmorProfile, Capabilities, ConfigMap, ConfigMapProjection, ConfigMapVolumeSource,
+    Container, DownwardAPIProjection, DownwardAPIVolumeFile, EmptyDirVolumeSource, EnvVar,
+    EnvVarSource, ExecAction, HostPathVolumeSource, KeyToPath, NodeAffinity, NodeSelector,
+    NodeSelectorRequirement, NodeSelectorTerm, ObjectFieldSelector, PodSpec, PodTemplateSpec,
+    Probe, ProjectedVolumeSource, ResourceRequirements, SeccompProfile, SecurityContext,
+    ServiceAccountTokenProjection, Toleration, Volume, VolumeMount, VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -23,37 +24,54 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ObjectMeta;
 use sha2::{Digest, Sha256};
 
-use crate::desired_shims::{BinarySource, CONFIG_MAP_KEY, DesiredShims};
+use crate::desired_shims::{BinarySource, CONFIG_MAP_KEY, DESIRED_SHA256_ENV, DesiredShims};
 use crate::gardener::api::cluster::WORKER_POOL_LABEL;
 
 use super::names::{self, INSTALLER, NAMESPACE, paths};
 
-/// The ConfigMap the installer reads its desired set from.
+/// The name of the ConfigMap holding one desired set: named by its content, so each set is
+/// an object of its own that never changes.
+pub fn config_map_name(desired_json: &str) -> String {
+    format!("{INSTALLER}-{}", &desired_hash(desired_json)[..10])
+}
+
+/// The ConfigMap the installer reads its desired set from: immutable and named by its
+/// content. A new set is a new ConfigMap that only a new pod template refers to, so it reaches
+/// a node only when the DaemonSet rollout replaces that node's pod (one `maxUnavailable` step
+/// at a time, halted by a node that does not become ready). The old one stays while pods use
+/// it and is garbage-collected afterwards.
 pub fn config_map(desired_json: &str) -> ConfigMap {
+    let mut labels = names::labels("installer");
+    labels.insert(
+        names::GARBAGE_COLLECTABLE_LABEL.to_string(),
+        "true".to_string(),
+    );
     ConfigMap {
         metadata: ObjectMeta {
-            name: Some(INSTALLER.to_string()),
+            name: Some(config_map_name(desired_json)),
             namespace: Some(NAMESPACE.to_string()),
-            labels: Some(names::labels("installer")),
+            labels: Some(labels),
             ..Default::default()
         },
         data: Some(BTreeMap::from([(
             CONFIG_MAP_KEY.to_string(),
             desired_json.to_string(),
         )])),
+        immutable: Some(true),
         ..Default::default()
     }
 }
 
-/// Everything the DaemonSet depends on.
+/// Everything a pool's DaemonSet depends on.
 pub struct DaemonSetInput<'a> {
+    /// The shims of this pool only: its nodes pull only their payload images.
     pub desired: &'a DesiredShims,
     /// The serialised desired set (the ConfigMap's content), hashed into the pod template.
     pub desired_json: &'a str,
     pub installer_image: &'a str,
-    /// Worker pools whose nodes run containerd: the installer runs on all of them, also where
-    /// no shim is selected, so a node leaving a selection is cleaned up.
-    pub containerd_pools: &'a [String],
+    /// The worker pool (its nodes run containerd). Every containerd pool has a DaemonSet, also
+    /// where no shim is selected, so a node leaving a selection is cleaned up.
+    pub pool: &'a str,
     pub max_unavailable: &'a IntOrString,
 }
 
@@ -248,6 +266,11 @@ fn installer_container(input: &DaemonSetInput<'_>) -> Container {
             env_field("NODE_NAME", "spec.nodeName"),
             env_field("POD_NAMESPACE", "metadata.namespace"),
             env_field("POD_NAME", "metadata.name"),
+            EnvVar {
+                name: DESIRED_SHA256_ENV.to_string(),
+                value: Some(desired_hash(input.desired_json)),
+                value_from: None,
+            },
         ]),
         volume_mounts: Some(vec![
             mount("desired", paths::DESIRED_DIR, true),
@@ -263,6 +286,7 @@ fn installer_container(input: &DaemonSetInput<'_>) -> Container {
                 &format!("{}{}", paths::HOST_ROOT, paths::HOST_STATE_DIR),
                 false,
             ),
+            mount(API_ACCESS, SERVICE_ACCOUNT_DIR, true),
         ]),
         readiness_probe: Some(Probe {
             exec: Some(ExecAction {
@@ -282,12 +306,12 @@ fn installer_container(input: &DaemonSetInput<'_>) -> Container {
     }
 }
 
-fn volumes() -> Vec<Volume> {
+fn volumes(desired_json: &str) -> Vec<Volume> {
     vec![
         Volume {
             name: "desired".to_string(),
             config_map: Some(ConfigMapVolumeSource {
-                name: INSTALLER.to_string(),
+                name: config_map_name(desired_json),
                 ..Default::default()
             }),
             ..Default::default()
@@ -307,7 +331,62 @@ fn volumes() -> Vec<Volume> {
             "DirectoryOrCreate",
         ),
         host_path_volume("host-state", paths::HOST_STATE_DIR, "DirectoryOrCreate"),
+        api_access(),
     ]
+}
+
+/// The volume of the installer's API access, mounted into the installer container only.
+const API_ACCESS: &str = "kube-api-access";
+/// Where Kubernetes clients look for the in-cluster credentials.
+const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// What the ServiceAccount admission plugin would mount into every container, as a volume of
+/// its own: a bound token the kubelet renews (bound to the pod and thereby to its node, which the
+/// node admission policy relies on), the cluster's CA and the namespace.
+fn api_access() -> Volume {
+    Volume {
+        name: API_ACCESS.to_string(),
+        projected: Some(ProjectedVolumeSource {
+            default_mode: Some(0o444),
+            sources: Some(vec![
+                VolumeProjection {
+                    service_account_token: Some(ServiceAccountTokenProjection {
+                        path: "token".to_string(),
+                        expiration_seconds: Some(3607),
+                        audience: None,
+                    }),
+                    ..Default::default()
+                },
+                VolumeProjection {
+                    config_map: Some(ConfigMapProjection {
+                        name: "kube-root-ca.crt".to_string(),
+                        items: Some(vec![KeyToPath {
+                            key: "ca.crt".to_string(),
+                            path: "ca.crt".to_string(),
+                            mode: None,
+                        }]),
+                        optional: None,
+                    }),
+                    ..Default::default()
+                },
+                VolumeProjection {
+                    downward_api: Some(DownwardAPIProjection {
+                        items: Some(vec![DownwardAPIVolumeFile {
+                            path: "namespace".to_string(),
+                            field_ref: Some(ObjectFieldSelector {
+                                api_version: Some("v1".to_string()),
+                                field_path: "metadata.namespace".to_string(),
+                            }),
+                            mode: None,
+                            resource_field_ref: None,
+                        }]),
+                    }),
+                    ..Default::default()
+                },
+            ]),
+        }),
+        ..Default::default()
+    }
 }
 
 /// sha256 hex of the desired set.
@@ -317,7 +396,15 @@ pub fn desired_hash(desired_json: &str) -> String {
 
 pub fn daemon_set(input: &DaemonSetInput<'_>) -> DaemonSet {
     let mut template_labels = names::labels("installer");
-    template_labels.extend(names::selector());
+    template_labels.extend(names::selector(input.pool));
+    let reference = names::reference_annotation(&config_map_name(input.desired_json));
+    let template_annotations = BTreeMap::from([
+        (
+            names::DESIRED_HASH_ANNOTATION.to_string(),
+            desired_hash(input.desired_json),
+        ),
+        reference.clone(),
+    ]);
     let affinity = Affinity {
         node_affinity: Some(NodeAffinity {
             required_during_scheduling_ignored_during_execution: Some(NodeSelector {
@@ -325,7 +412,7 @@ pub fn daemon_set(input: &DaemonSetInput<'_>) -> DaemonSet {
                     match_expressions: Some(vec![NodeSelectorRequirement {
                         key: WORKER_POOL_LABEL.to_string(),
                         operator: "In".to_string(),
-                        values: Some(input.containerd_pools.to_vec()),
+                        values: Some(vec![input.pool.to_string()]),
                     }]),
                     match_fields: None,
                 }],
@@ -334,16 +421,19 @@ pub fn daemon_set(input: &DaemonSetInput<'_>) -> DaemonSet {
         }),
         ..Default::default()
     };
+    let mut labels = names::labels("installer");
+    labels.insert(names::POOL_LABEL.to_string(), input.pool.to_string());
     DaemonSet {
         metadata: ObjectMeta {
-            name: Some(INSTALLER.to_string()),
+            name: Some(names::daemon_set(input.pool)),
             namespace: Some(NAMESPACE.to_string()),
-            labels: Some(names::labels("installer")),
+            labels: Some(labels),
+            annotations: Some(BTreeMap::from([reference])),
             ..Default::default()
         },
         spec: Some(DaemonSetSpec {
             selector: LabelSelector {
-                match_labels: Some(names::selector()),
+                match_labels: Some(names::selector(input.pool)),
                 match_expressions: None,
             },
             update_strategy: Some(DaemonSetUpdateStrategy {
@@ -357,15 +447,15 @@ pub fn daemon_set(input: &DaemonSetInput<'_>) -> DaemonSet {
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: Some(template_labels),
-                    annotations: Some(BTreeMap::from([(
-                        names::DESIRED_HASH_ANNOTATION.to_string(),
-                        desired_hash(input.desired_json),
-                    )])),
+                    annotations: Some(template_annotations),
                     ..Default::default()
                 }),
                 spec: Some(PodSpec {
                     service_account_name: Some(INSTALLER.to_string()),
-                    automount_service_account_token: Some(true),
+                    // The token is mounted into the installer container alone (see
+                    // `api_access`): the init containers run payload images, which have no
+                    // business with the API server.
+                    automount_service_account_token: Some(false),
                     priority_class_name: Some(names::PRIORITY_CLASS.to_string()),
                     // Entering PID 1's mount namespace and finding running shims needs the host's
                     // PID namespace; nothing else of the host's is shared.
@@ -379,7 +469,7 @@ pub fn daemon_set(input: &DaemonSetInput<'_>) -> DaemonSet {
                     termination_grace_period_seconds: Some(30),
                     init_containers: Some(init_containers(input)),
                     containers: vec![installer_container(input)],
-                    volumes: Some(volumes()),
+                    volumes: Some(volumes(input.desired_json)),
                     ..Default::default()
                 }),
             },

@@ -4,25 +4,26 @@
 //! [`Bundle`] names every object; [`Bundle::into_manifests`] destructures it without `..`, so a
 //! new object type cannot be rendered and then forgotten.
 
+pub mod admission;
 pub mod daemonset;
 pub mod names;
 pub mod rbac;
 pub mod runtime_class;
 
-use k8s_openapi::api::admissionregistration::v1::{
-    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
-};
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::gardener::managed_resource::{self, Manifest};
-
 use crate::desired_shims::{DesiredShims, Rollout};
 use crate::gardener::api::Shoot;
-use crate::shim::config::ValidatedConfig;
+use crate::gardener::managed_resource::{self, Manifest};
+use crate::shim::config::admission::PolicyApi;
+use crate::shim::config::{self, ValidatedConfig};
+use admission::AdmissionPolicies;
 
 pub use runtime_class::RuntimeClassSpec;
 
@@ -38,8 +39,9 @@ pub struct BundleInput {
     pub installer_image: String,
     /// The worker pools whose nodes run containerd.
     pub containerd_pools: Vec<String>,
-    /// The shoot's Kubernetes version (`1.33.2`); decides which APIs the bundle may use.
-    pub kubernetes_version: Option<String>,
+    /// The admission-policy API the Shoot serves; `None` only when uninstalling from a Shoot
+    /// that serves none (nothing was ever installed there, see [`admission`]).
+    pub policy_api: Option<PolicyApi>,
 }
 
 impl BundleInput {
@@ -65,8 +67,7 @@ impl BundleInput {
             max_unavailable: config.rollout.max_unavailable.clone(),
             installer_image: installer_image.to_string(),
             containerd_pools: containerd_pools(shoot),
-            kubernetes_version: Some(shoot.spec.kubernetes.version.clone())
-                .filter(|v| !v.is_empty()),
+            policy_api: Some(config.policy_api),
         }
     }
 
@@ -84,8 +85,7 @@ impl BundleInput {
             max_unavailable,
             installer_image: installer_image.to_string(),
             containerd_pools: containerd_pools(shoot),
-            kubernetes_version: Some(shoot.spec.kubernetes.version.clone())
-                .filter(|v| !v.is_empty()),
+            policy_api: config::admission::policy_api(shoot).ok(),
         }
     }
 }
@@ -105,50 +105,51 @@ pub struct Bundle {
     pub cluster_role_binding: ClusterRoleBinding,
     pub role: Role,
     pub role_binding: RoleBinding,
-    /// Only for shoots whose API server serves `admissionregistration.k8s.io/v1` policies (1.30+).
-    pub node_policy: Option<(ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding)>,
-    pub config_map: ConfigMap,
-    pub daemon_set: DaemonSet,
+    /// Narrow the RBAC grants; see [`admission`].
+    pub admission: Option<AdmissionPolicies>,
+    /// The desired sets of the pools, one ConfigMap per distinct set, sorted by name.
+    pub config_maps: Vec<ConfigMap>,
+    /// One installer DaemonSet per containerd pool, sorted by pool.
+    pub daemon_sets: Vec<DaemonSet>,
     pub runtime_classes: Vec<RuntimeClass>,
 }
 
 /// Renders the bundle. Deterministic: equal input gives equal output, so an unchanged
 /// configuration writes nothing.
 pub fn render(input: &BundleInput) -> Bundle {
-    let desired_json = input.desired.to_json();
+    let mut config_maps: BTreeMap<String, ConfigMap> = BTreeMap::new();
+    let mut daemon_sets = Vec::new();
+    for pool in &input.containerd_pools {
+        let desired = input.desired.for_pool(pool);
+        let desired_json = desired.to_json();
+        let config_map = daemonset::config_map(&desired_json);
+        config_maps.insert(daemonset::config_map_name(&desired_json), config_map);
+        daemon_sets.push(daemonset::daemon_set(&daemonset::DaemonSetInput {
+            desired: &desired,
+            desired_json: &desired_json,
+            installer_image: &input.installer_image,
+            pool,
+            max_unavailable: &input.max_unavailable,
+        }));
+    }
     let mut runtime_classes: Vec<RuntimeClass> = input
         .runtime_classes
         .iter()
         .map(runtime_class::runtime_class)
         .collect();
     runtime_classes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let slots = input.desired.rollout.max_concurrent_restarts.max(1);
     Bundle {
         service_account: rbac::service_account(),
         cluster_role: rbac::cluster_role(),
         cluster_role_binding: rbac::cluster_role_binding(),
-        role: rbac::role(input.desired.rollout.max_concurrent_restarts.max(1)),
+        role: rbac::role(slots),
         role_binding: rbac::role_binding(),
-        node_policy: serves_admission_policies(input.kubernetes_version.as_deref())
-            .then(|| (rbac::node_policy(), rbac::node_policy_binding())),
-        config_map: daemonset::config_map(&desired_json),
-        daemon_set: daemonset::daemon_set(&daemonset::DaemonSetInput {
-            desired: &input.desired,
-            desired_json: &desired_json,
-            installer_image: &input.installer_image,
-            containerd_pools: &input.containerd_pools,
-            max_unavailable: &input.max_unavailable,
-        }),
+        admission: input.policy_api.map(|api| admission::policies(api, slots)),
+        config_maps: config_maps.into_values().collect(),
+        daemon_sets,
         runtime_classes,
     }
-}
-
-/// `admissionregistration.k8s.io/v1` ValidatingAdmissionPolicy is served from Kubernetes 1.30.
-fn serves_admission_policies(version: Option<&str>) -> bool {
-    let Some(version) = version else { return false };
-    let mut parts = version.trim_start_matches('v').split('.');
-    let major = parts.next().and_then(|p| p.parse::<u32>().ok());
-    let minor = parts.next().and_then(|p| p.parse::<u32>().ok());
-    matches!((major, minor), (Some(1), Some(m)) if m >= 30) || major.is_some_and(|m| m > 1)
 }
 
 impl Bundle {
@@ -162,9 +163,9 @@ impl Bundle {
             cluster_role_binding,
             role,
             role_binding,
-            node_policy,
-            config_map,
-            daemon_set,
+            admission,
+            config_maps,
+            daemon_sets,
             runtime_classes,
         } = self;
         let mut out = vec![
@@ -174,12 +175,15 @@ impl Bundle {
             Manifest::from_resource(&role)?,
             Manifest::from_resource(&role_binding)?,
         ];
-        if let Some((policy, binding)) = &node_policy {
-            out.push(Manifest::from_resource(policy)?);
-            out.push(Manifest::from_resource(binding)?);
+        if let Some(admission) = &admission {
+            out.extend(admission.manifests()?);
         }
-        out.push(Manifest::from_resource(&config_map)?);
-        out.push(Manifest::from_resource(&daemon_set)?);
+        for config_map in &config_maps {
+            out.push(Manifest::from_resource(config_map)?);
+        }
+        for daemon_set in &daemon_sets {
+            out.push(Manifest::from_resource(daemon_set)?);
+        }
         for rc in &runtime_classes {
             out.push(Manifest::from_resource(rc)?);
         }

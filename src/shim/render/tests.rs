@@ -7,8 +7,9 @@ use proptest::prelude::*;
 use serde_json::json;
 
 use super::*;
-use crate::desired_shims::Rollout;
+use crate::desired_shims::{CONFIG_MAP_KEY, DESIRED_SHA256_ENV, Rollout};
 use crate::gardener::api::Shoot;
+use crate::gardener::api::cluster::KubeApiServer;
 use crate::shim::config::{self, Catalog, desired, images};
 
 fn shoot(pools: &[(&str, Option<&str>)]) -> Shoot {
@@ -140,13 +141,45 @@ fn golden_uninstall() {
     golden("uninstall", &to_yaml(bundle));
 }
 
+/// The apiVersions of the admission policies and bindings in the bundle for `shoot`.
+fn policy_api_versions(shoot: &Shoot) -> Vec<String> {
+    let input = install_input(json!({"shims": [{"name": "spin"}]}), shoot);
+    render(&input)
+        .into_manifests()
+        .unwrap()
+        .iter()
+        .map(|m| m.value())
+        .filter(|v| {
+            v["kind"]
+                .as_str()
+                .is_some_and(|k| k.starts_with("ValidatingAdmissionPolicy"))
+        })
+        .map(|v| v["apiVersion"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
 #[test]
-fn admission_policy_only_from_kubernetes_1_30() {
-    assert!(serves_admission_policies(Some("1.30.0")));
-    assert!(serves_admission_policies(Some("v1.33.4")));
-    assert!(!serves_admission_policies(Some("1.29.9")));
-    assert!(!serves_admission_policies(None));
-    assert!(!serves_admission_policies(Some("garbage")));
+fn admission_policies_are_delivered_in_the_version_the_shoot_serves() {
+    let current = shoot(&[("worker-a", None)]);
+    assert_eq!(
+        policy_api_versions(&current),
+        vec!["admissionregistration.k8s.io/v1"; 4]
+    );
+
+    let mut beta: Shoot = current.clone();
+    beta.spec.kubernetes.version = "1.29.8".into();
+    beta.spec.kubernetes.kube_api_server = Some(KubeApiServer {
+        feature_gates: [
+            ("ValidatingAdmissionPolicy".to_string(), true),
+            ("ServiceAccountTokenPodNodeInfo".to_string(), true),
+        ]
+        .into(),
+        runtime_config: [("admissionregistration.k8s.io/v1beta1".to_string(), true)].into(),
+    });
+    assert_eq!(
+        policy_api_versions(&beta),
+        vec!["admissionregistration.k8s.io/v1beta1"; 4]
+    );
 }
 
 #[test]
@@ -187,7 +220,7 @@ fn the_pod_template_changes_exactly_when_the_desired_set_changes() {
         &shoot,
     ));
     let hash = |b: &Bundle| {
-        b.daemon_set
+        b.daemon_sets[0]
             .spec
             .as_ref()
             .unwrap()
@@ -200,6 +233,95 @@ fn the_pod_template_changes_exactly_when_the_desired_set_changes() {
     };
     assert_eq!(hash(&a), hash(&b));
     assert_ne!(hash(&a), hash(&c));
+
+    // Each desired set is an immutable ConfigMap of its own, named by its content, that only
+    // its pod template mounts (and declares, for gardener-resource-manager's garbage collector),
+    // and whose digest the installer container is told.
+    for bundle in [&a, &c] {
+        let config_map = &bundle.config_maps[0];
+        let name = config_map.metadata.name.clone().unwrap();
+        assert_eq!(config_map.immutable, Some(true));
+        let template = bundle.daemon_sets[0]
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .clone();
+        let spec = template.spec.unwrap();
+        let mounted = spec
+            .volumes
+            .unwrap()
+            .into_iter()
+            .find(|v| v.name == "desired")
+            .unwrap();
+        assert_eq!(mounted.config_map.unwrap().name, name);
+        let annotations = template.metadata.unwrap().annotations.unwrap();
+        let (key, value) = names::reference_annotation(&name);
+        assert_eq!(annotations.get(&key), Some(&value));
+        let env = spec.containers[0].env.clone().unwrap();
+        let digest = env.iter().find(|e| e.name == DESIRED_SHA256_ENV).unwrap();
+        let json = config_map.data.as_ref().unwrap()[CONFIG_MAP_KEY].clone();
+        assert_eq!(
+            digest.value.as_deref(),
+            Some(daemonset::desired_hash(&json).as_str())
+        );
+    }
+    assert_ne!(
+        a.config_maps[0].metadata.name,
+        c.config_maps[0].metadata.name
+    );
+    // The reference annotation is gardener-resource-manager's: configmap-<sha256(name)[..8]>.
+    assert_eq!(
+        names::reference_annotation("abc").0,
+        "reference.resources.gardener.cloud/configmap-ba7816bf"
+    );
+}
+
+/// Each worker pool gets an installer DaemonSet of its own that pulls only the payload images
+/// of the shims selected on that pool; pools with the same shims share one desired set.
+#[test]
+fn each_pool_gets_a_daemon_set_with_only_its_shims() {
+    let shoot = shoot(&[("worker-a", None), ("wasm", None), ("plain", None)]);
+    let bundle = render(&install_input(
+        json!({"shims": [{"name": "spin", "workerPools": ["worker-a", "wasm"]},
+                         {"name": "wasmtime", "workerPools": ["wasm"]}]}),
+        &shoot,
+    ));
+    let pools: Vec<(String, Vec<String>)> = bundle
+        .daemon_sets
+        .iter()
+        .map(|ds| {
+            let spec = ds.spec.as_ref().unwrap();
+            let pod = spec.template.spec.as_ref().unwrap();
+            let images: Vec<String> = pod
+                .init_containers
+                .as_ref()
+                .unwrap()
+                .iter()
+                .filter(|c| c.name.starts_with("stage-"))
+                .map(|c| c.name.clone())
+                .collect();
+            let pool = spec.selector.match_labels.as_ref().unwrap()[names::POOL_LABEL].clone();
+            assert_eq!(
+                ds.metadata.name.as_deref(),
+                Some(names::daemon_set(&pool).as_str())
+            );
+            (pool, images)
+        })
+        .collect();
+    assert_eq!(
+        pools,
+        [
+            ("plain".to_string(), vec![]),
+            (
+                "wasm".to_string(),
+                vec!["stage-0-spin".to_string(), "stage-1-wasmtime".to_string()]
+            ),
+            ("worker-a".to_string(), vec!["stage-0-spin".to_string()]),
+        ]
+    );
+    // Three pools, three different sets (one of them empty: the installer there cleans up).
+    assert_eq!(bundle.config_maps.len(), 3);
 }
 
 proptest! {

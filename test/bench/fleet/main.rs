@@ -203,6 +203,9 @@ fn bundle() -> SecretData {
     let options = ShimOptions {
         shim_catalog_overlay: None,
         uninstall_timeout: Duration::from_secs(600),
+        allow_custom_shims: false,
+        custom_shim_download_hosts: Vec::new(),
+        custom_shim_image_registries: Vec::new(),
     };
     let (catalog, images) = controllers::load_catalog_and_images(&options)
         .unwrap_or_else(|e| panic!("catalog and image vector: {e}"));
@@ -397,7 +400,7 @@ pub struct FleetResult {
     /// Extension in the first wave.
     pub first_wave_reads_per_extension: f64,
     /// Its other reads in the first wave (cluster-wide start-up lists in pages, watches, the
-    /// start-up list of shoot access secrets, the Lease): once per process, not per Extension.
+    /// Lease): once per process, not per Extension.
     pub first_wave_other_reads: usize,
     pub episode_first: Episodes,
     pub episode_requested: Episodes,

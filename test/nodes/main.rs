@@ -1,0 +1,18 @@
+//! Tests on real nodes: a control plane started with `--nodes` (systemd-nspawn machines with
+//! systemd, containerd and a kubelet, see hack/nodes/lib.sh) and the real controller binary.
+//! The installer DaemonSet runs on the nodes for real: its init containers stage payloads, it
+//! enters the host's mount namespace, edits containerd's configuration, restarts containerd,
+//! verifies it and labels the node; pods then run under the installed runtime.
+//!
+//! `make test` starts that control plane and runs these tests one at a time (they share the
+//! nodes). Each test starts from clean nodes and leaves them clean.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod disruption;
+mod install;
+mod removal;
+mod rollout;
+mod scenario;
+mod wasm;
