@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# `make bench`: the fleet benchmark (test/bench/fleet.rs) on a fresh control plane of its own,
+# `make bench`: the fleet benchmark (test/bench/fleet/) on a fresh control plane of its own,
 # then the node-installer micro-benchmark (test/bench/installer.rs).
 # Not part of `make test` or CI: it prints figures and writes .local/bench/fleet-<time>.json,
-# and asserts nothing about time. Knobs: FLEET_SIZES (default 10,100,500),
-# FLEET_RESYNC_SECONDS (default 20).
+# and asserts nothing about time. Knobs: FLEET_SIZES (default 10,100,500,2000),
+# FLEET_RESYNC_SECONDS (default 20), FLEET_IDLE_AT (default 500), FLEET_IDLE_SECONDS (default 300).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -14,7 +14,8 @@ source <(hack/tools/env.sh)
 set +a
 
 echo "==> fleet benchmark (release build of the controller, fresh control plane)" >&2
-hack/control-plane.sh run --dir "$repo/.local/bench-control-plane" -- \
+# Every client's requests in the seed's audit log: the benchmark splits them by User-Agent.
+CONTROL_PLANE_AUDIT_ALL=1 hack/control-plane.sh run --dir "$repo/.local/bench-control-plane" -- \
   cargo bench --locked --bench fleet
 
 echo "==> node-installer micro-benchmark (temporary host root, real containerd binaries)" >&2

@@ -196,16 +196,20 @@ KUBECONFIG
 }
 
 # The seed API server records, at metadata level, every request of the extension controller's
-# own identity, so tests can compare the calls it really makes with the chart's RBAC.
+# own identity, so tests can compare the calls it really makes with the chart's RBAC. With
+# CONTROL_PLANE_AUDIT_ALL=1 (the fleet benchmark) it records every client's requests, which the
+# benchmark tells apart by User-Agent.
 write_audit_policy() {
-  cat >"$dir/audit-policy.yaml" <<'POLICY'
+  local others=None
+  [[ "${CONTROL_PLANE_AUDIT_ALL:-}" == 1 ]] && others=Metadata
+  cat >"$dir/audit-policy.yaml" <<POLICY
 apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
 rules:
 - level: Metadata
   users: ["containerd-shim-controller"]
-- level: None
+- level: $others
 POLICY
 }
 

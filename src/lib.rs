@@ -9,12 +9,14 @@
 //! - [`shim`]: the containerd-shim extension built on it: providerConfig, catalog, the shoot
 //!   bundle and the actuator.
 //! - [`installer`]: the node installer that runs in the shoot. It uses neither of the above;
-//!   it shares only [`desired_shims`], the data the controller hands to it.
+//!   it shares only [`desired_shims`], the data the controller hands to it, and
+//!   [`user_agent`], how every client of the crate names itself to the API server.
 
 pub mod desired_shims;
 pub mod gardener;
 pub mod installer;
 pub mod shim;
+pub mod user_agent;
 
 #[cfg(test)]
 mod module_boundaries;

@@ -17,6 +17,7 @@ use gardener_extension_containerd_shim::installer::host::{NodeHost, NodeHostConf
 use gardener_extension_containerd_shim::installer::node::{BudgetTiming, KubeCluster};
 use gardener_extension_containerd_shim::installer::payload::{DownloadConfig, Downloader};
 use gardener_extension_containerd_shim::installer::status::{self, STATUS_FILE};
+use gardener_extension_containerd_shim::user_agent;
 
 /// Node installer of the containerd-shim Gardener extension: runs on every node of a shoot
 /// (DaemonSet), installs the desired containerd shims and their runtime handlers, restarts
@@ -282,7 +283,12 @@ fn downloader(node: &NodeArgs) -> Result<Downloader, String> {
     })
 }
 
-async fn kube_cluster(node: &NodeArgs) -> Result<KubeCluster, String> {
+/// The installer's name in its User-Agent.
+const INSTALLER_BINARY: &str = "containerd-shim-installer";
+
+/// `mode` (`daemon`, `uninstall`) names the command in the User-Agent, so the shoot's audit
+/// log tells the installer's requests from every other client's.
+async fn kube_cluster(node: &NodeArgs, mode: &str) -> Result<KubeCluster, String> {
     let node_name = node
         .node_name
         .clone()
@@ -291,8 +297,12 @@ async fn kube_cluster(node: &NodeArgs) -> Result<KubeCluster, String> {
         .namespace
         .clone()
         .ok_or("the namespace is unknown: set POD_NAMESPACE or --namespace")?;
-    let client = kube::Client::try_default()
+    let mut config = kube::Config::infer()
         .await
+        .map_err(|err| format!("cannot reach the Kubernetes API: {err}"))?;
+    user_agent::set(&mut config, &user_agent::user_agent(INSTALLER_BINARY, mode))
+        .map_err(|err| err.to_string())?;
+    let client = kube::Client::try_from(config)
         .map_err(|err| format!("cannot reach the Kubernetes API: {err}"))?;
     Ok(KubeCluster::new(
         client,
@@ -306,7 +316,7 @@ async fn kube_cluster(node: &NodeArgs) -> Result<KubeCluster, String> {
 }
 
 async fn run_daemon(args: DaemonArgs) -> Result<(), String> {
-    let cluster = kube_cluster(&args.node).await?;
+    let cluster = kube_cluster(&args.node, "daemon").await?;
     let labels = daemon::watch_node_labels(cluster.nodes().clone(), cluster.node_name());
     let mut installer = Installer::new(
         Arc::new(node_host(&args.node)),
@@ -342,7 +352,7 @@ async fn uninstall(node: NodeArgs, no_api: bool, max: u32) -> Result<(), String>
         let mut installer = Installer::new(host, LocalCluster, settings(&node), None);
         run_uninstall(&mut installer, &desired).await?
     } else {
-        let cluster = kube_cluster(&node).await?;
+        let cluster = kube_cluster(&node, "uninstall").await?;
         let mut installer = Installer::new(host, cluster, settings(&node), None);
         run_uninstall(&mut installer, &desired).await?
     };

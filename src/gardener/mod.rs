@@ -10,3 +10,4 @@ pub mod imagevector;
 pub mod managed_resource;
 pub mod runtime;
 pub mod shoot_client;
+pub mod shoot_nodes;

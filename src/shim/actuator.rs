@@ -140,6 +140,12 @@ impl ShimActuator {
         }
     }
 
+    /// Shoot clients that send `user_agent` (the manager's, naming this controller).
+    pub fn with_shoot_user_agent(mut self, user_agent: &str) -> Self {
+        self.shoot_clients = ShootClients::new(user_agent);
+        self
+    }
+
     fn installer_image(&self) -> Result<String, ShimError> {
         images::own_image(&self.images, images::INSTALLER_IMAGE)
             .map(|i| i.to_string())
@@ -317,11 +323,7 @@ impl ShimActuator {
         current: &ManagedResource,
         bundle: &[Manifest],
     ) -> Result<Option<Outcome>, ShimError> {
-        let Some(shoot) = self
-            .shoot_clients
-            .client_for(&self.client, namespace)
-            .await?
-        else {
+        let Some(shoot) = self.shoot_clients.fresh(&self.client, namespace).await? else {
             tracing::info!(namespace = %namespace, "no shoot access secret; not looking for objects left behind in the shoot");
             return Ok(None);
         };

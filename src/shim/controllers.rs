@@ -38,6 +38,8 @@ pub const CONTROLLERS: &[&str] = &[
     HEALTHCHECK_CONTROLLER,
     HEARTBEAT_CONTROLLER,
 ];
+/// The User-Agent component of the shared caches' watches.
+pub const CACHE_COMPONENT: &str = "cache";
 /// `reportingController` of the Events this extension records.
 pub const EVENT_REPORTER: &str = "gardener-extension-containerd-shim";
 /// The condition gardenlet aggregates into the Shoot's `SystemComponentsHealthy`.
@@ -126,9 +128,14 @@ pub fn add_controllers(
         .to_config(EXTENSION_TYPE)
         .map_err(SetupError::Flag)?;
     let (catalog, images) = load_catalog_and_images(&options.shim)?;
-    let client = manager.client().clone();
-    // One set of caches for both controllers; started on every replica so stand-bys are Ready.
-    let caches = SharedCaches::spawn(&client, ORIGIN);
+    // One set of caches (one watch per kind) for both controllers; started on every replica so
+    // stand-bys are Ready.
+    let caches = SharedCaches::spawn_in(
+        &manager.client_for(CACHE_COMPONENT),
+        ORIGIN,
+        Some(EXTENSION_TYPE),
+        None,
+    );
     let caches_synced = manager.readiness().register("shared-caches");
     {
         let caches = caches.clone();
@@ -141,7 +148,7 @@ pub fn add_controllers(
     let catalog = Arc::new(catalog);
     let images = Arc::new(images);
     let actuator = ShimActuator::new(
-        client.clone(),
+        manager.client_for(EXTENSION_CONTROLLER),
         catalog.clone(),
         images.clone(),
         ActuatorSettings {
@@ -149,7 +156,8 @@ pub fn add_controllers(
             catch_up_timeout: options.extension.reconcile_timeout,
             ..ActuatorSettings::default()
         },
-    );
+    )
+    .with_shoot_user_agent(&manager.user_agent(EXTENSION_CONTROLLER));
     let extension_caches = caches.clone();
     manager.add_controller(EXTENSION_CONTROLLER, move |ctx| {
         let synced = ctx.readiness.register("extension-cache");
@@ -193,7 +201,11 @@ pub fn add_controllers(
         SYSTEM_COMPONENTS_HEALTHY,
         vec![
             Arc::new(ManagedResourceCheck::new(MANAGED_RESOURCE)),
-            Arc::new(VerifiedNodesCheck::new(catalog, images)),
+            Arc::new(VerifiedNodesCheck::new(
+                catalog,
+                images,
+                &manager.user_agent(HEALTHCHECK_CONTROLLER),
+            )),
         ],
     );
     health.classes = options.extension.extension_classes.clone();

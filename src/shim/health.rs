@@ -1,16 +1,22 @@
 //! How many nodes serve each shim: the installers label a node ready per handler only after
 //! containerd serves it, so counting labels in the shoot tells the shoot owner and gardenlet how
 //! far a rollout is. Reported in `SystemComponentsHealthy` when the shoot can be reached.
+//!
+//! The shoot's nodes are watched (metadata only, [`ShootNodes`]), and they are listed only when
+//! their labels changed or the desired shims did; otherwise a check answers with what it found
+//! last, without a request.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
+use tokio::sync::broadcast;
 
 use crate::desired_shims::{
     DesiredShim, FAILURES_ANNOTATION, NODE_FAILURE, READY_LABEL_VALUE, ready_label,
@@ -19,28 +25,144 @@ use crate::gardener::api::cluster::WORKER_POOL_LABEL;
 use crate::gardener::healthcheck::check::{CheckContext, HealthCheck};
 use crate::gardener::healthcheck::result::CheckResult;
 use crate::gardener::imagevector::ImageVector;
-use crate::gardener::shoot_client::ShootClients;
+use crate::gardener::shoot_client::{ShootClient, ShootClients, is_refusal};
+use crate::gardener::shoot_nodes::{NodeLabels, ShootNodes};
 use crate::shim::config::{self, Catalog, desired};
 
 /// How long nodes may stay unverified before the condition turns `False`: a rollout restarts
 /// containerd node by node, within the configured budget.
 pub const ROLLOUT_THRESHOLD: Duration = Duration::from_secs(30 * 60);
 
+/// The last count of one namespace and what it was computed from.
+struct Counted {
+    /// A hash of the desired shims.
+    shims: u64,
+    /// The client whose nodes were counted (`ShootClient::source`).
+    source: String,
+    result: CheckResult,
+}
+
 /// Counts verified nodes per shim in the shoot.
 pub struct VerifiedNodesCheck {
     catalog: Arc<Catalog>,
     images: Arc<ImageVector>,
     clients: ShootClients,
+    nodes: ShootNodes,
+    counted: Mutex<HashMap<String, Counted>>,
 }
 
 impl VerifiedNodesCheck {
-    pub fn new(catalog: Arc<Catalog>, images: Arc<ImageVector>) -> Self {
+    /// `user_agent` is sent to the shoots.
+    pub fn new(catalog: Arc<Catalog>, images: Arc<ImageVector>, user_agent: &str) -> Self {
         VerifiedNodesCheck {
             catalog,
             images,
-            clients: ShootClients::default(),
+            clients: ShootClients::new(user_agent),
+            nodes: ShootNodes::default(),
+            counted: Mutex::default(),
         }
     }
+
+    fn counted(&self) -> MutexGuard<'_, HashMap<String, Counted>> {
+        self.counted.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The count for `shims` in the shoot of `namespace`, from memory while nothing changed.
+    async fn count_nodes(
+        &self,
+        ctx: &CheckContext,
+        namespace: &str,
+        shims: &[DesiredShim],
+    ) -> CheckResult {
+        let shims_key = shims_hash(shims);
+        let cluster = ctx.cluster.as_ref().map(|c| &c.metadata);
+        // A refused watch is retried once with a client from a freshly read secret.
+        for _attempt in 0..2 {
+            let client = match self
+                .clients
+                .client_for(&ctx.client, namespace, cluster)
+                .await
+            {
+                Ok(Some(client)) => client,
+                Ok(None) => {
+                    self.forget_nodes(namespace);
+                    return CheckResult::Successful;
+                }
+                Err(e) => return CheckResult::failed(e.to_string()),
+            };
+            match self.nodes.state(namespace, &client) {
+                NodeLabels::Failed => {
+                    self.clients.refused(namespace);
+                    self.forget_nodes(namespace);
+                    continue;
+                }
+                NodeLabels::Unchanged => {
+                    if let Some(last) = self.counted().get(namespace)
+                        && last.shims == shims_key
+                        && last.source == client.source
+                    {
+                        return last.result.clone();
+                    }
+                }
+                NodeLabels::Changed => {}
+            }
+            return self
+                .list_and_count(namespace, &client, shims, shims_key)
+                .await;
+        }
+        CheckResult::failed("cannot watch the shoot's nodes")
+    }
+
+    async fn list_and_count(
+        &self,
+        namespace: &str,
+        client: &ShootClient,
+        shims: &[DesiredShim],
+        shims_key: u64,
+    ) -> CheckResult {
+        // Changes from now on count as new, even those during the list.
+        self.nodes.mark_read(namespace);
+        let listed = Api::<Node>::all(client.client.clone())
+            .list_metadata(&ListParams::default())
+            .await;
+        let nodes = match listed {
+            Ok(list) => list
+                .items
+                .into_iter()
+                .map(|n| NodeView::from_metadata(n.name_any(), n.labels().clone(), n.annotations()))
+                .collect::<Vec<_>>(),
+            Err(e) => {
+                if is_refusal(&e) {
+                    self.clients.refused(namespace);
+                    self.forget_nodes(namespace);
+                }
+                return CheckResult::failed(format!("cannot list the shoot's nodes: {e}"));
+            }
+        };
+        let result = count(shims, &nodes);
+        self.counted().insert(
+            namespace.to_string(),
+            Counted {
+                shims: shims_key,
+                source: client.source.clone(),
+                result: result.clone(),
+            },
+        );
+        result
+    }
+
+    fn forget_nodes(&self, namespace: &str) {
+        self.nodes.forget(namespace);
+        self.counted().remove(namespace);
+    }
+}
+
+fn shims_hash(shims: &[DesiredShim]) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    serde_json::to_string(shims)
+        .unwrap_or_default()
+        .hash(&mut hasher);
+    hasher.finish()
 }
 
 /// Whether `shim` belongs on a node with these labels (its pools and node selector).
@@ -173,34 +295,22 @@ impl HealthCheck for VerifiedNodesCheck {
             let Ok(desired) = desired::desired_shims(&validated, &self.images) else {
                 return CheckResult::Successful;
             };
-            let client = match self.clients.client_for(&ctx.client, &ctx.namespace()).await {
-                Ok(Some(client)) => client,
-                Ok(None) => return CheckResult::Successful,
-                Err(e) => {
-                    return CheckResult::Failed {
-                        detail: e.to_string(),
-                    };
-                }
-            };
-            let nodes = match Api::<Node>::all(client)
-                .list_metadata(&ListParams::default())
-                .await
-            {
-                Ok(list) => list
-                    .items
-                    .into_iter()
-                    .map(|n| {
-                        NodeView::from_metadata(n.name_any(), n.labels().clone(), n.annotations())
-                    })
-                    .collect::<Vec<_>>(),
-                Err(e) => {
-                    return CheckResult::Failed {
-                        detail: format!("cannot list the shoot's nodes: {e}"),
-                    };
-                }
-            };
-            count(&desired.shims, &nodes)
+            let namespace = ctx.namespace();
+            if desired.shims.is_empty() {
+                self.release(&namespace);
+                return CheckResult::Successful;
+            }
+            self.count_nodes(ctx, &namespace, &desired.shims).await
         })
+    }
+
+    fn changes(&self) -> Option<broadcast::Receiver<String>> {
+        Some(self.nodes.subscribe())
+    }
+
+    fn release(&self, namespace: &str) {
+        self.forget_nodes(namespace);
+        self.clients.forget(namespace);
     }
 }
 

@@ -71,6 +71,20 @@ async fn the_binary_converges_an_extension_and_reports_its_health() {
         .create(&PostParams::default(), &secret)
         .await
         .expect("create the shoot access secret");
+    // gardenlet creates and rotates that secret in a shoot reconcile, which also rewrites the
+    // Cluster: the controller reads the secret again when the Cluster changes (it watches no
+    // Secret).
+    Api::<Cluster>::all(c.seed.clone())
+        .patch(
+            &ns,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"shoot": {"status": {"lastOperation": {
+                "type": "Reconcile", "state": "Succeeded", "progress": 100,
+                "description": "Shoot cluster has been successfully reconciled.",
+                "lastUpdateTime": "2026-01-01T01:00:00Z"}}}}})),
+        )
+        .await
+        .expect("the Cluster of the next shoot reconcile");
     let names = vec![
         support::unique_name("verified"),
         support::unique_name("pending"),

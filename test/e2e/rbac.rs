@@ -106,6 +106,34 @@ async fn the_charts_rbac_grants_exactly_what_the_controller_uses() {
         "requests of {CONTROLLER_USER} were forbidden by the chart's RBAC:\n{}",
         forbidden.join("\n")
     );
+    // Every request names the binary, its version and the component that sent it, so an
+    // operator reading the audit log can tell them apart.
+    let prefix = format!(
+        "gardener-extension-containerd-shim/{} (",
+        env!("CARGO_PKG_VERSION")
+    );
+    let components: BTreeSet<&str> = requests
+        .iter()
+        .map(|r| {
+            r.user_agent
+                .strip_prefix(&prefix)
+                .and_then(|rest| rest.strip_suffix(')'))
+                .unwrap_or_else(|| {
+                    panic!("{} {} sent User-Agent {:?}", r.verb, r.uri, r.user_agent)
+                })
+        })
+        .collect();
+    assert_eq!(
+        components,
+        BTreeSet::from([
+            "cache",
+            "extension",
+            "healthcheck",
+            "heartbeat",
+            "leader-election"
+        ]),
+        "the components seen in the User-Agents"
+    );
     // A request in the release namespace that the Role covers used the Role; every other
     // request needed the ClusterRole. So a cluster-wide grant that only the release namespace
     // uses shows up as unused (it belongs in the Role), and a Role grant used elsewhere as not
@@ -475,6 +503,7 @@ struct AuditedRequest {
     name: String,
     code: u16,
     uri: String,
+    user_agent: String,
     /// The namespace of the request; empty for cluster-scoped objects and lists across all
     /// namespaces.
     namespace: String,
@@ -539,6 +568,7 @@ fn read_audit_log(path: &Path, offset: u64) -> Result<Vec<AuditedRequest>, Strin
                 name: s(&object["name"]),
                 code,
                 uri: s(&event["requestURI"]),
+                user_agent: s(&event["userAgent"]),
                 namespace: s(&object["namespace"]),
                 grant,
             },

@@ -62,7 +62,7 @@ impl World {
             .await
             .expect("create Cluster");
         let origin = support::unique_name("hc-origin");
-        let caches = SharedCaches::spawn(&c.seed, &origin);
+        let caches = SharedCaches::spawn_in(&c.seed, &origin, Some(EXTENSION_TYPE), Some(&ns));
         tokio::time::timeout(poll::DEFAULT_TIMEOUT, caches.wait_until_ready())
             .await
             .expect("the caches sync");

@@ -15,6 +15,9 @@ use gardener_extension_containerd_shim::gardener::runtime::{
     ControllerContext, Manager, Operation, OperationResult, ReconcileResult, RuntimeOptions,
 };
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Api;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
@@ -303,6 +306,264 @@ async fn losing_leadership_stops_the_process_with_an_error() {
     );
     let logs = replica.logs();
     assert!(logs.contains("leader election lost"), "{logs}");
+}
+
+#[tokio::test]
+async fn a_deleted_lease_stops_the_leader() {
+    let c = support::Clusters::connect().await;
+    let ns = test_namespace(&c, "rt-deleted").await;
+    let leases: Api<Lease> = Api::namespaced(c.seed.clone(), &ns);
+    let mut replica = Replica::spawn("replica-a", &c.env.seed_kubeconfig, &ns, HEARTBEAT_ONLY);
+    wait_for_holder(&leases, &[replica.identity_prefix()], poll::DEFAULT_TIMEOUT).await;
+
+    leases
+        .delete(LEADER_LEASE, &Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("delete Lease: {e}"));
+    let status = replica.wait_exit().await;
+    assert!(
+        !status.success(),
+        "a deleted Lease must end the leader, got {status}"
+    );
+    let logs = replica.logs();
+    assert!(logs.contains("the Lease was deleted"), "{logs}");
+}
+
+/// The controller's identity with exactly what a heartbeat-only process needs: the Leases in
+/// `ns`, and reading what the shared caches watch.
+async fn grant_runtime_rules(c: &support::Clusters, ns: &str) {
+    let user = Subject {
+        api_group: Some("rbac.authorization.k8s.io".into()),
+        kind: "User".into(),
+        name: "containerd-shim-controller".into(),
+        ..Default::default()
+    };
+    let rule = |group: &str, resources: &[&str], verbs: &[&str]| PolicyRule {
+        api_groups: Some(vec![group.to_string()]),
+        resources: Some(resources.iter().map(|r| r.to_string()).collect()),
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        ..Default::default()
+    };
+    let name = support::unique_name("rt-agent");
+    let cluster_role = ClusterRole {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            ..Default::default()
+        },
+        rules: Some(vec![
+            rule(
+                "extensions.gardener.cloud",
+                &["extensions", "clusters"],
+                &["list", "watch"],
+            ),
+            rule(
+                "resources.gardener.cloud",
+                &["managedresources"],
+                &["list", "watch"],
+            ),
+            rule("", &["namespaces"], &["list", "watch"]),
+        ]),
+        ..Default::default()
+    };
+    let role = Role {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            ..Default::default()
+        },
+        rules: Some(vec![rule(
+            "coordination.k8s.io",
+            &["leases"],
+            &["get", "create", "patch"],
+        )]),
+    };
+    let role_ref = |kind: &str| RoleRef {
+        api_group: "rbac.authorization.k8s.io".into(),
+        kind: kind.into(),
+        name: name.clone(),
+    };
+    Api::<ClusterRole>::all(c.seed.clone())
+        .create(&PostParams::default(), &cluster_role)
+        .await
+        .unwrap_or_else(|e| panic!("create ClusterRole: {e}"));
+    Api::<ClusterRoleBinding>::all(c.seed.clone())
+        .create(
+            &PostParams::default(),
+            &ClusterRoleBinding {
+                metadata: ObjectMeta {
+                    name: Some(name.clone()),
+                    ..Default::default()
+                },
+                role_ref: role_ref("ClusterRole"),
+                subjects: Some(vec![user.clone()]),
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("create ClusterRoleBinding: {e}"));
+    Api::<Role>::namespaced(c.seed.clone(), ns)
+        .create(&PostParams::default(), &role)
+        .await
+        .unwrap_or_else(|e| panic!("create Role: {e}"));
+    Api::<RoleBinding>::namespaced(c.seed.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &RoleBinding {
+                metadata: ObjectMeta {
+                    name: Some(name.clone()),
+                    ..Default::default()
+                },
+                role_ref: role_ref("Role"),
+                subjects: Some(vec![user]),
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("create RoleBinding: {e}"));
+}
+
+/// One audited request of the controller identity.
+#[derive(Debug)]
+struct Audited {
+    verb: String,
+    resource: String,
+    namespace: String,
+    name: String,
+    user_agent: String,
+}
+
+/// The controller identity's completed requests in the audit log, from byte `from` on.
+fn audited(path: &Path, from: usize) -> Vec<Audited> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.get(from..)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|e| {
+            e["stage"] == "ResponseComplete"
+                && e["user"]["username"] == "containerd-shim-controller"
+        })
+        .map(|e| {
+            let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+            Audited {
+                verb: text(&e["verb"]),
+                resource: text(&e["objectRef"]["resource"]),
+                namespace: text(&e["objectRef"]["namespace"]),
+                name: text(&e["objectRef"]["name"]),
+                user_agent: text(&e["userAgent"]),
+            }
+        })
+        .collect()
+}
+
+/// Every request of the process names the binary, its version and the component that sent it
+/// (the audit log is where an operator looks), and the leader renews its Lease with one
+/// request per renewal: after acquiring it, a patch every retry period and no read.
+#[tokio::test]
+async fn requests_name_their_component_and_a_renewal_is_one_request() {
+    let c = support::Clusters::connect().await;
+    let ns = test_namespace(&c, "rt-agent").await;
+    grant_runtime_rules(&c, &ns).await;
+    let from = std::fs::metadata(&c.env.seed_audit_log)
+        .map(|m| m.len() as usize)
+        .unwrap_or(0);
+    let replica = Replica::spawn(
+        "replica-a",
+        &c.env.seed_controller_kubeconfig,
+        &ns,
+        HEARTBEAT_ONLY,
+    );
+    let leases: Api<Lease> = Api::namespaced(c.seed.clone(), &ns);
+    wait_for_holder(&leases, &[replica.identity_prefix()], poll::DEFAULT_TIMEOUT).await;
+    replica.wait_ready().await;
+
+    // Watch the Lease being renewed a few times (every second with the test timing).
+    let renewals = std::cell::RefCell::new(Vec::new());
+    poll::until("four renewals of the Lease", poll::DEFAULT_TIMEOUT, || {
+        let (leases, renewals) = (leases.clone(), &renewals);
+        async move {
+            let renewed = lease_spec(&leases, LEADER_LEASE).await?.renew_time;
+            let mut seen = renewals.borrow_mut();
+            if seen.last() != Some(&renewed) {
+                seen.push(renewed);
+            }
+            if seen.len() >= 5 {
+                Ok(())
+            } else {
+                Err(format!("{} renewals seen", seen.len().saturating_sub(1)))
+            }
+        }
+    })
+    .await;
+    // The heartbeat marks the end: everything before it has been logged once it is.
+    let heartbeats_before = audited(&c.env.seed_audit_log, from)
+        .iter()
+        .filter(|r| r.name == HEARTBEAT_LEASE && r.namespace == ns)
+        .count();
+    let requests = poll::until(
+        "the audit log to record a later heartbeat",
+        poll::DEFAULT_TIMEOUT,
+        || async {
+            let requests = audited(&c.env.seed_audit_log, from);
+            let heartbeats = requests
+                .iter()
+                .filter(|r| r.name == HEARTBEAT_LEASE && r.namespace == ns)
+                .count();
+            if heartbeats > heartbeats_before {
+                Ok(requests)
+            } else {
+                Err(format!("{heartbeats} heartbeats logged"))
+            }
+        },
+    )
+    .await;
+    drop(replica);
+
+    let agent = |component: &str| {
+        format!(
+            "gardener-extension-containerd-shim/{} ({component})",
+            env!("CARGO_PKG_VERSION")
+        )
+    };
+    let ours: Vec<&Audited> = requests
+        .iter()
+        .filter(|r| r.namespace == ns && r.resource == "leases")
+        .collect();
+    let election: Vec<&Audited> = ours
+        .iter()
+        .copied()
+        .filter(|r| r.name == LEADER_LEASE)
+        .collect();
+    let heartbeat: Vec<&Audited> = ours
+        .iter()
+        .copied()
+        .filter(|r| r.name == HEARTBEAT_LEASE)
+        .collect();
+    assert!(!election.is_empty() && !heartbeat.is_empty(), "{ours:#?}");
+    for r in &election {
+        assert_eq!(r.user_agent, agent("leader-election"), "{r:?}");
+    }
+    for r in &heartbeat {
+        assert_eq!(r.user_agent, agent("heartbeat"), "{r:?}");
+    }
+    // The caches' watches: cluster-wide, so they are told from other processes of this identity
+    // by their User-Agent alone.
+    assert!(
+        requests.iter().any(|r| r.user_agent == agent("cache")
+            && r.resource == "extensions"
+            && (r.verb == "list" || r.verb == "watch")),
+        "no list or watch of Extensions with the caches' User-Agent"
+    );
+
+    // Acquiring: a read, then a create. Renewing: one patch per renewal, never a read.
+    let verbs: Vec<&str> = election.iter().map(|r| r.verb.as_str()).collect();
+    let acquired = verbs
+        .iter()
+        .position(|v| *v == "create" || *v == "patch")
+        .unwrap_or_else(|| panic!("the Lease was never written: {verbs:?}"));
+    let renewals = &verbs[acquired + 1..];
+    assert!(renewals.len() >= 4, "{verbs:?}");
+    assert!(
+        renewals.iter().all(|v| *v == "patch"),
+        "a renewal is one patch, without a read: {verbs:?}"
+    );
 }
 
 #[tokio::test]

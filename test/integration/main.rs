@@ -15,5 +15,6 @@ mod harness;
 mod installer_budget;
 mod installer_download;
 mod installer_host;
+mod request_budget;
 mod shim_lifecycle;
 mod shim_removal_races;

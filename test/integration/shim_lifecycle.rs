@@ -28,7 +28,7 @@ use tokio::sync::{Mutex, MutexGuard};
 use crate::support::controller::{self, RunningController};
 use crate::support::{self, gardenlet, nodes, objects, poll};
 
-static SHOOT: Mutex<()> = Mutex::const_new(());
+pub(crate) static SHOOT: Mutex<()> = Mutex::const_new(());
 
 /// The installer DaemonSet of the tests' worker pool `worker-a`.
 const INSTALLER: &str = "containerd-shim-installer-worker-a";
@@ -52,7 +52,7 @@ pub(crate) struct Fixture {
 
 /// Removes what earlier tests may have left in the shoot: their ManagedResources (which would
 /// fight ours over the same objects) and simulated nodes.
-async fn clean_shoot(seed: &Client, shoot: &Client) {
+pub(crate) async fn clean_shoot(seed: &Client, shoot: &Client) {
     crate::support::bundles::remove_shim_bundles(seed, shoot).await;
     nodes::delete_simulated_nodes(shoot).await;
 }

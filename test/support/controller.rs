@@ -44,7 +44,12 @@ pub async fn start<A: Actuator>(
     actuator: A,
     config: ReconcilerConfig,
 ) -> RunningController {
-    let caches = SharedCaches::spawn(&client, "test-origin");
+    let caches = SharedCaches::spawn_in(
+        &client,
+        "test-origin",
+        Some(&config.extension_type),
+        config.namespace.as_deref(),
+    );
     let ctx = Arc::new(Context::new(
         client,
         actuator,

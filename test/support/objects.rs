@@ -43,6 +43,7 @@ pub fn cluster(namespace: &str, shoot: Value) -> Cluster {
                 json!({"apiVersion": "core.gardener.cloud/v1beta1", "kind": "Seed", "metadata": {"name": "local"}}),
             ),
             shoot,
+            shoot_view: None,
         },
     )
 }

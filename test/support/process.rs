@@ -224,6 +224,11 @@ impl Replica {
         assert!(status.success(), "kill -{signal} {pid} failed");
     }
 
+    /// The exit status, if the process has ended (without waiting).
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
     pub async fn wait_exit(&mut self) -> ExitStatus {
         match tokio::time::timeout(EXIT_TIMEOUT, self.child.wait()).await {
             Ok(Ok(status)) => status,

@@ -5,6 +5,7 @@
 //! so a newer Gardener with more fields decodes fine.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::CustomResource;
@@ -30,6 +31,10 @@ pub struct ClusterSpec {
     pub seed: Option<serde_json::Value>,
     #[serde(default)]
     pub shoot: serde_json::Value,
+    /// The decoded Shoot, for a Cluster whose `shoot` was replaced by it (the caches do this:
+    /// [`Cluster::keep_only_shoot_view`]). Never sent to or read from the API server.
+    #[serde(skip)]
+    pub shoot_view: Option<Arc<Shoot>>,
 }
 
 /// `spec` as it comes from the API server. The embedded objects hold the shoot owner's
@@ -80,6 +85,7 @@ impl From<ClusterSpecWire> for ClusterSpec {
             cloud_profile,
             seed,
             shoot,
+            shoot_view: None,
         }
     }
 }
@@ -97,6 +103,9 @@ impl Cluster {
     /// The embedded Shoot. `Ok(None)` when gardenlet left it empty (as `GetCluster` does for an
     /// empty raw part); an error when it is present but malformed.
     pub fn shoot(&self) -> Result<Option<Shoot>, ShootDecodeError> {
+        if let Some(view) = &self.spec.shoot_view {
+            return Ok(Some(Shoot::clone(view)));
+        }
         match &self.spec.shoot {
             serde_json::Value::Null => Ok(None),
             serde_json::Value::Object(map) if map.is_empty() => Ok(None),
@@ -106,6 +115,20 @@ impl Cluster {
                     cluster: kube::ResourceExt::name_any(self),
                     source,
                 }),
+        }
+    }
+}
+
+impl Cluster {
+    /// Replaces the embedded objects by the decoded Shoot: a Shoot is tens of kilobytes of
+    /// JSON and several times that as a tree of values, its typed view a few hundred bytes.
+    /// A Shoot that does not decode is kept as it is, so that [`Cluster::shoot`] reports why.
+    pub fn keep_only_shoot_view(&mut self) {
+        self.spec.cloud_profile = serde_json::Value::Null;
+        self.spec.seed = None;
+        if let Ok(Some(shoot)) = self.shoot() {
+            self.spec.shoot_view = Some(Arc::new(shoot));
+            self.spec.shoot = serde_json::Value::Null;
         }
     }
 }

@@ -1,7 +1,8 @@
-//! Wiring of the Extension reconciler: the watch, Gardener's event filters, the work queue.
+//! Wiring of the Extension reconciler: the shared Extension cache, Gardener's event filters, the
+//! work queue.
 //!
-//! The watch runs on every replica, so the cache is warm and `/readyz` can pass while a replica
-//! waits for leadership. Only the leader turns events into reconciles. Becoming leader replays
+//! The cache is watched on every replica, so it is warm and `/readyz` can pass while a replica
+//! waits for leadership. Only the leader turns changes into reconciles. Becoming leader replays
 //! the cache through the create filter — what controller-runtime does when a controller starts
 //! after leader election — so nothing that happened before is missed.
 //!
@@ -10,31 +11,29 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::channel::mpsc;
 use futures::{SinkExt, StreamExt};
-use kube::runtime::WatchStreamExt;
+use kube::ResourceExt;
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::watcher::{self, Event};
-use kube::{Api, ResourceExt};
+use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::gardener::api::Extension;
-use crate::gardener::cache::{SharedCaches, trim_managed_fields};
+use crate::gardener::cache::{ExtensionEvent, SharedCaches};
 
 use super::actuator::Actuator;
 use super::error::ReconcileError;
 use super::predicate::{TriggerMode, admit_create, admit_update, is_ours, shoot_not_failed};
 use super::reconciler::{Context, ReconcilerConfig, reconcile};
 
-/// How many admitted events may wait for the queue before the watch waits for it.
+/// How many admitted events may wait for the queue before the filter waits for it (and the
+/// shared cache for the filter).
 const TRIGGER_BUFFER: usize = 1024;
 
 /// Runs the Extension controller until `shutdown` completes.
 ///
-/// `leader` completes when this replica may reconcile; `synced` is called once the Extension
-/// cache holds its first complete list (and the shared caches are synced).
+/// `leader` completes when this replica may reconcile; `synced` is called once the shared
+/// caches (the Extensions among them) hold their first complete lists.
 pub async fn run<A: Actuator>(
     ctx: Arc<Context<A>>,
     leader: impl Future<Output = ()> + Send,
@@ -42,31 +41,23 @@ pub async fn run<A: Actuator>(
     synced: impl FnOnce() + Send,
 ) {
     let config = ctx.config.clone();
-    let api: Api<Extension> = match &config.namespace {
-        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
-        None => Api::all(ctx.client.clone()),
-    };
-    let (store, writer) = reflector::store::<Extension>();
-    let (triggers, queue) = mpsc::channel::<Extension>(TRIGGER_BUFFER);
-    let leading = Arc::new(AtomicBool::new(false));
-
-    let watch = tokio::spawn(watch_extensions(
-        api,
-        writer,
-        store.clone(),
-        ctx.caches.clone(),
-        config.clone(),
-        leading.clone(),
-        triggers.clone(),
-    ));
-    let _watch_guard = AbortOnDrop(watch);
-
+    let store = ctx.caches.extensions.store().clone();
     ctx.caches.wait_until_ready().await;
-    let _ = store.wait_until_ready().await;
     synced();
 
     leader.await;
-    leading.store(true, Ordering::SeqCst);
+    // Subscribe before the replay reads the store: a change in between is seen twice at most
+    // (the queue merges it), never missed.
+    let changes = ctx.caches.extensions.subscribe(TRIGGER_BUFFER);
+    let (triggers, queue) = mpsc::channel::<Extension>(TRIGGER_BUFFER);
+    let filter = tokio::spawn(filter_changes(
+        changes,
+        store.clone(),
+        ctx.caches.clone(),
+        config.clone(),
+        triggers.clone(),
+    ));
+    let _filter_guard = AbortOnDrop(filter);
     // The replay runs beside the workers: it may admit more objects than the trigger buffer
     // holds, and only the running controller drains it.
     let replay = tokio::spawn({
@@ -114,41 +105,33 @@ fn error_policy<A: Actuator>(
     Action::requeue(ctx.next_backoff(&ObjectRef::from_obj(&*ext)))
 }
 
-/// Keeps the Extension cache current and, while leading, forwards the events Gardener's filters
-/// admit. Relists buffer their admitted objects until the relist is complete, so the queue never
-/// looks for an object the store does not hold yet.
-async fn watch_extensions(
-    api: Api<Extension>,
-    mut writer: reflector::store::Writer<Extension>,
+/// Forwards the changes Gardener's filters admit. A relist's objects are admitted once the
+/// relist is complete, so the queue never looks for an object the store does not hold yet.
+async fn filter_changes(
+    mut changes: tokio::sync::mpsc::Receiver<ExtensionEvent>,
     store: Store<Extension>,
     caches: SharedCaches,
     config: ReconcilerConfig,
-    leading: Arc<AtomicBool>,
     mut triggers: mpsc::Sender<Extension>,
 ) {
-    let mut events = watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
-        .modify(trim_managed_fields)
-        .boxed();
-    let mut relisted: Vec<Extension> = Vec::new();
-    while let Some(event) = events.next().await {
-        let event = match event {
-            Ok(event) => event,
-            Err(e) => {
-                tracing::warn!(error = %e, "Extension watch failed; retrying with backoff");
-                continue;
-            }
-        };
+    let mut relisted: Vec<(Option<Arc<Extension>>, ObjectRef<Extension>)> = Vec::new();
+    while let Some(change) = changes.recv().await {
         let mut admitted = Vec::new();
-        if leading.load(Ordering::SeqCst) {
-            match &event {
-                Event::Apply(new) => admitted.extend(admit(&store, &caches, &config, new)),
-                Event::InitApply(new) => relisted.extend(admit(&store, &caches, &config, new)),
-                Event::InitDone => admitted.append(&mut relisted),
-                Event::Init | Event::Delete(_) => {}
+        match change {
+            ExtensionEvent::Applied { old, new } => {
+                admitted.extend(admit(old.as_deref(), &new, &caches, &config));
             }
+            ExtensionEvent::RelistStarted => relisted.clear(),
+            ExtensionEvent::Relisted { old, key } => relisted.push((old, key)),
+            ExtensionEvent::RelistDone => {
+                for (old, key) in std::mem::take(&mut relisted) {
+                    if let Some(new) = store.get(&key) {
+                        admitted.extend(admit(old.as_deref(), &new, &caches, &config));
+                    }
+                }
+            }
+            ExtensionEvent::Deleted(_) => {}
         }
-        writer.apply_watcher_event(&event);
         for ext in admitted {
             if triggers.send(ext).await.is_err() {
                 return;
@@ -160,19 +143,28 @@ async fn watch_extensions(
 /// Gardener's predicate chain for one create or update event: type, class, then the default
 /// filter (operation annotation or generation), then the shoot-not-failed check.
 fn admit(
-    store: &Store<Extension>,
+    old: Option<&Extension>,
+    new: &Extension,
     caches: &SharedCaches,
     config: &ReconcilerConfig,
-    new: &Extension,
 ) -> Option<Extension> {
-    if !is_ours(new, &config.extension_type, &config.classes) {
+    if !in_scope(new, config) {
         return None;
     }
-    let admitted = match store.get(&ObjectRef::from_obj(new)) {
-        Some(old) => admit_update(&old, new, config.trigger),
+    let admitted = match old {
+        Some(old) => admit_update(old, new, config.trigger),
         None => admit_create(new, config.trigger),
     };
     (admitted && shoot_ok(caches, new)).then(|| new.clone())
+}
+
+/// Our type and class, and the configured namespace if there is one.
+fn in_scope(ext: &Extension, config: &ReconcilerConfig) -> bool {
+    is_ours(ext, &config.extension_type, &config.classes)
+        && config
+            .namespace
+            .as_deref()
+            .is_none_or(|ns| ext.namespace().as_deref() == Some(ns))
 }
 
 /// `ShootNotFailedPredicate`. Deliberate difference from Gardener: a Cluster missing from the
@@ -199,8 +191,7 @@ async fn replay_cache(
     mut triggers: mpsc::Sender<Extension>,
 ) {
     for ext in store.state() {
-        let ours = is_ours(&ext, &config.extension_type, &config.classes);
-        if ours
+        if in_scope(&ext, config)
             && admit_create(&ext, config.trigger)
             && shoot_ok(caches, &ext)
             && triggers.send((*ext).clone()).await.is_err()
@@ -237,7 +228,7 @@ fn cluster_changes<A: Actuator>(
             .state()
             .into_iter()
             .filter(|e| e.namespace().as_deref() == Some(namespace.as_str()))
-            .filter(|e| is_ours(e, &config.extension_type, &config.classes))
+            .filter(|e| in_scope(e, &config))
             .map(|e| (*e).clone())
             .collect();
         futures::stream::iter(matching)

@@ -312,16 +312,34 @@ impl<A: Actuator> Run<'_, A> {
     }
 
     /// Adds our finalizer with optimistic locking: a concurrent change of the list makes the
-    /// patch fail with a conflict and the reconcile is retried, so no finalizer is lost.
-    async fn ensure_finalizer(&mut self) -> Result<(), ReconcileError> {
+    /// patch fail with a conflict and the reconcile is retried, so no finalizer is lost. With
+    /// `remove_reconcile`, gardenlet's `reconcile` annotation goes in the same request (a first
+    /// reconcile then costs one metadata write instead of two).
+    async fn ensure_finalizer(&mut self, remove_reconcile: bool) -> Result<(), ReconcileError> {
         let finalizer = self.ctx.config.finalizer();
         if self.has_finalizer(&finalizer) {
-            return Ok(());
+            return if remove_reconcile {
+                self.remove_reconcile_annotation().await
+            } else {
+                Ok(())
+            };
         }
         let mut finalizers = self.ext.finalizers().to_vec();
         finalizers.push(finalizer);
-        let body = json!({"metadata": {"finalizers": finalizers, "resourceVersion": self.ext.resource_version()}});
-        self.patch_meta("add the finalizer to", body).await
+        let mut metadata =
+            json!({"finalizers": finalizers, "resourceVersion": self.ext.resource_version()});
+        if remove_reconcile {
+            metadata["annotations"] = json!({OPERATION_ANNOTATION: null});
+        }
+        self.patch_meta("add the finalizer to", json!({"metadata": metadata}))
+            .await
+    }
+
+    /// Removes gardenlet's `reconcile` annotation, without a lock: nothing else is in the patch.
+    async fn remove_reconcile_annotation(&mut self) -> Result<(), ReconcileError> {
+        let body = json!({"metadata": {"annotations": {OPERATION_ANNOTATION: null}}});
+        self.patch_meta("remove the reconcile annotation from", body)
+            .await
     }
 
     async fn remove_own_finalizer(&mut self) -> Result<(), ReconcileError> {
@@ -425,19 +443,14 @@ async fn reconcile_once<A: Actuator>(
     };
 
     // The operation-annotation wrapper.
-    match operation_annotation(&run.ext) {
+    let reconcile_requested = match operation_annotation(&run.ext) {
         Some(operation::WAIT_FOR_STATE) => {
             tracing::debug!(object = %run.object, "waiting for gardenlet to restore the state");
             return Ok(Action::await_change());
         }
-        // Removed before the actuator runs ("remove as soon as you begin"), without a lock.
-        Some(operation::RECONCILE) => {
-            let body = json!({"metadata": {"annotations": {OPERATION_ANNOTATION: null}}});
-            run.patch_meta("remove the reconcile annotation from", body)
-                .await?;
-        }
-        _ => {}
-    }
+        Some(operation::RECONCILE) => true,
+        _ => false,
+    };
 
     let cluster = lookup_cluster(ctx, &namespace).await?;
     let facts = match &cluster {
@@ -446,6 +459,12 @@ async fn reconcile_once<A: Actuator>(
     };
     let decision = decide(&run.ext, &facts);
     tracing::debug!(object = %run.object, ?decision, "decided");
+    // Removed before the actuator runs ("remove as soon as you begin"); on the paths that add
+    // our finalizer first, in the same request as the finalizer.
+    let adds_finalizer = matches!(decision, Decision::Reconcile(_) | Decision::Restore);
+    if reconcile_requested && !adds_finalizer {
+        run.remove_reconcile_annotation().await?;
+    }
 
     let started = Instant::now();
     match decision {
@@ -528,7 +547,7 @@ async fn reconcile_once<A: Actuator>(
             Ok(Action::await_change())
         }
         Decision::Restore => {
-            run.ensure_finalizer().await?;
+            run.ensure_finalizer(reconcile_requested).await?;
             let path = Path {
                 processing: d::RESTORE_PROCESSING,
                 error: d::RESTORE_ERROR,
@@ -551,7 +570,7 @@ async fn reconcile_once<A: Actuator>(
             Ok(Action::await_change())
         }
         Decision::Reconcile(op) => {
-            run.ensure_finalizer().await?;
+            run.ensure_finalizer(reconcile_requested).await?;
             let path = Path {
                 processing: d::RECONCILE_PROCESSING,
                 error: d::RECONCILE_ERROR,

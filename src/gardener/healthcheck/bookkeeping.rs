@@ -2,21 +2,32 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kube::runtime::reflector::ObjectRef;
 
-use crate::gardener::api::Extension;
+use crate::gardener::api::{Condition, Extension};
 
 /// The first retry after a failed reconcile comes after this long; each further failure
 /// doubles it.
 pub(crate) const FIRST_RETRY: Duration = Duration::from_secs(1);
 
+/// Conditions this controller wrote that the Extension cache has not shown yet.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct PendingWrite {
+    /// The resourceVersion our write produced.
+    pub version: String,
+    /// The conditions we wrote.
+    pub conditions: Vec<Condition>,
+    /// When we wrote them.
+    pub at: Instant,
+}
+
 #[derive(Debug, Default)]
 struct Entry {
-    /// The newest resourceVersion of the Extension this controller knows of (from its own
-    /// write or its own read). A cached copy with another version may predate our write.
-    known_version: Option<String>,
+    /// Our last write, until the cache delivers it (the watch delivers an object's versions
+    /// in order, so once it has shown this version, everything it shows later is newer).
+    pending: Option<PendingWrite>,
     /// Reconciles that failed in a row.
     failures: u32,
 }
@@ -34,14 +45,25 @@ impl Bookkeeping {
         self.entries.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub(crate) fn known_version(&self, key: &ObjectRef<Extension>) -> Option<String> {
-        self.entries()
-            .get(key)
-            .and_then(|e| e.known_version.clone())
+    pub(crate) fn pending(&self, key: &ObjectRef<Extension>) -> Option<PendingWrite> {
+        self.entries().get(key).and_then(|e| e.pending.clone())
     }
 
-    pub(crate) fn set_known_version(&self, key: &ObjectRef<Extension>, version: Option<String>) {
-        self.entries().entry(key.clone()).or_default().known_version = version;
+    pub(crate) fn set_pending(&self, key: &ObjectRef<Extension>, pending: Option<PendingWrite>) {
+        self.entries().entry(key.clone()).or_default().pending = pending;
+    }
+
+    /// The cache shows `version` of the Extension: a pending write of that version is no
+    /// longer pending.
+    pub(crate) fn observe_version(&self, key: &ObjectRef<Extension>, version: Option<&str>) {
+        if let Some(entry) = self.entries().get_mut(key)
+            && entry
+                .pending
+                .as_ref()
+                .is_some_and(|p| Some(p.version.as_str()) == version)
+        {
+            entry.pending = None;
+        }
     }
 
     /// Counts a failed reconcile and returns how many failed in a row.
@@ -108,10 +130,18 @@ mod tests {
         assert_eq!(b.record_failure(&key("a")), 2);
         b.clear_failures(&key("a"));
         assert_eq!(b.record_failure(&key("a")), 1);
-        assert_eq!(b.known_version(&key("a")), None);
-        b.set_known_version(&key("a"), Some("7".into()));
-        assert_eq!(b.known_version(&key("a")).as_deref(), Some("7"));
-        b.set_known_version(&key("b"), Some("9".into()));
+        assert_eq!(b.pending(&key("a")), None);
+        let written = PendingWrite {
+            version: "7".into(),
+            conditions: Vec::new(),
+            at: Instant::now(),
+        };
+        b.set_pending(&key("a"), Some(written.clone()));
+        b.observe_version(&key("a"), Some("6"));
+        assert_eq!(b.pending(&key("a")), Some(written.clone()));
+        b.observe_version(&key("a"), Some("7"));
+        assert_eq!(b.pending(&key("a")), None);
+        b.set_pending(&key("b"), Some(written));
         b.retain(|k| k.name == "b");
         assert_eq!(b.len(), 1);
         b.forget(&key("b"));

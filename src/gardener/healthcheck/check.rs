@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use kube::{Client, ResourceExt};
+use tokio::sync::broadcast;
 
 use super::result::CheckResult;
 use crate::gardener::api::{Cluster, Extension, Shoot};
@@ -23,7 +24,22 @@ pub trait HealthCheck: Send + Sync {
 
     /// Looks at the Extension's world and says how healthy it is. (A boxed future, because a
     /// native `async fn` would make the trait unusable as `dyn HealthCheck`.)
+    ///
+    /// The controller checks again when the Extension's generation, its Cluster or a
+    /// ManagedResource of its namespace changes, and every period. A check that reads other
+    /// inputs should watch them and report their changes in [`HealthCheck::changes`], and
+    /// answer from memory while they have not changed: a steady state then costs no request.
     fn check<'a>(&'a self, ctx: &'a CheckContext) -> BoxFuture<'a, CheckResult>;
+
+    /// The namespaces in which an input this check watches itself changed; the controller
+    /// checks the Extensions there again.
+    fn changes(&self) -> Option<broadcast::Receiver<String>> {
+        None
+    }
+
+    /// The Extension(s) of `namespace` are not checked any more for now (deleted, being
+    /// deleted or migrated, hibernated): whatever the check keeps for it can go.
+    fn release(&self, _namespace: &str) {}
 }
 
 /// What a health check gets to look at.

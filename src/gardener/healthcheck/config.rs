@@ -191,6 +191,13 @@ impl HealthCheckConfig {
                 .is_none_or(|ns| extension.namespace().as_deref() == Some(ns))
     }
 
+    /// Tells every check that the Extensions of `namespace` are not checked any more for now.
+    pub fn release(&self, namespace: &str) {
+        for check in self.registrations.iter().flat_map(|r| r.checks.iter()) {
+            check.release(namespace);
+        }
+    }
+
     /// The condition types, in registration order.
     pub fn condition_types(&self) -> impl Iterator<Item = &str> {
         self.registrations.iter().map(|r| r.condition_type.as_str())

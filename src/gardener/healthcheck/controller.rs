@@ -5,12 +5,14 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
 
+use std::time::Duration;
+
 use futures::stream::{self, BoxStream};
 use futures::{StreamExt, future};
+use kube::Client;
+use kube::runtime::applier;
 use kube::runtime::controller::{self, Action, ReconcileReason, ReconcileRequest};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, applier, watcher};
-use kube::{Api, Client};
+use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::watch;
 
 use super::bookkeeping::{Bookkeeping, retry_delay};
@@ -19,20 +21,30 @@ use super::error::HealthCheckError;
 use super::reconcile::{Context, reconcile};
 use super::triggers::{Change, ExtensionEvents, changes, extensions_in};
 use crate::gardener::api::Extension;
-use crate::gardener::cache::{SharedCaches, trim_managed_fields};
+use crate::gardener::cache::SharedCaches;
+
+/// How long a triggered check waits for more triggers of the same Extension: during a
+/// rollout gardener-resource-manager rewrites a ManagedResource's status several times within
+/// a second or two, and one check after the burst writes what all of them would have.
+pub const TRIGGER_DEBOUNCE: Duration = Duration::from_secs(1);
+
+/// How far the Extension filter may fall behind the shared cache before the cache waits.
+const EVENT_BUFFER: usize = 1024;
 
 /// Runs the health-check controller until `shutdown` completes.
 ///
 /// Call it on the leader only, with caches that are already synced (a check reading an
-/// unsynced cache would report a ManagedResource as missing). It watches the Extensions of
-/// `config.extension_type` itself; `on_synced` is called once, when that watch has delivered
-/// its first complete list (the moment to report ready). It is not called if `shutdown`
-/// comes first.
+/// unsynced cache would report a ManagedResource as missing). It follows the Extensions of
+/// `config.extension_type` in the shared Extension cache; `on_synced` is called once, when it
+/// has taken them over (the moment to report ready). It is not called if `shutdown` comes
+/// first.
 ///
 /// An Extension is checked when it is first seen, when its generation changes, when a
-/// ManagedResource in its namespace or its Cluster changes, and otherwise every
-/// `config.period`. After `shutdown`, running checks are abandoned and no further write is
-/// started; `run` returns once everything has stopped.
+/// ManagedResource in its namespace, its Cluster or another input a check watches changes
+/// (after [`TRIGGER_DEBOUNCE`]), and otherwise every `config.period`. A check computes from
+/// the caches and writes only what changed, so a check whose inputs did not change sends no
+/// request. After `shutdown`, running checks are abandoned and no further write is started;
+/// `run` returns once everything has stopped.
 ///
 /// Fails at once, without starting anything, when the configuration is invalid.
 pub async fn run<S, R>(
@@ -50,15 +62,18 @@ where
     let config = Arc::new(config);
     let bookkeeping = Arc::new(Bookkeeping::default());
     let (stop_tx, stop_rx) = watch::channel(false);
-    let (store, writer) = reflector::store::<Extension>();
+    let store = caches.extensions.store().clone();
+    caches.extensions.wait_until_ready().await;
 
-    let queue = stream::select_all([
-        extension_triggers(&client, &config, &bookkeeping, writer),
-        managed_resource_triggers(&caches, store.clone()),
-        cluster_triggers(&caches, store.clone()),
-    ])
-    .take_until(stopped(stop_rx.clone()))
-    .map(Ok::<_, Infallible>);
+    let mut sources = vec![
+        extension_triggers(&caches, &config, &bookkeeping),
+        managed_resource_triggers(&caches, &config),
+        cluster_triggers(&caches, &config),
+    ];
+    sources.extend(check_triggers(&caches, &config));
+    let queue = stream::select_all(sources)
+        .take_until(stopped(stop_rx.clone()))
+        .map(Ok::<_, Infallible>);
 
     let concurrency = u16::try_from(config.max_concurrent).unwrap_or(u16::MAX);
     let ctx = Arc::new(Context {
@@ -72,29 +87,25 @@ where
         |extension, ctx| Box::pin(reconcile(extension, ctx)),
         error_policy,
         ctx,
-        store.clone(),
+        store,
         queue,
-        controller::Config::default().concurrency(concurrency),
+        controller::Config::default()
+            .concurrency(concurrency)
+            .debounce(TRIGGER_DEBOUNCE),
     )
     .for_each(|result| {
         log_applier_result(result);
         future::ready(())
     });
-    let synced = async move {
-        // Fails only when the watch is gone, i.e. on shutdown before the first list.
-        if store.wait_until_ready().await.is_ok() {
-            on_synced();
-        }
-    };
+    on_synced();
 
-    let work = async { tokio::join!(reconciles, synced) };
-    tokio::pin!(work);
+    tokio::pin!(reconciles);
     tokio::select! {
-        _ = &mut work => {}
+        _ = &mut reconciles => {}
         () = shutdown => {
             tracing::info!("stopping the health-check controller");
             stop_tx.send_replace(true);
-            work.await;
+            reconciles.await;
         }
     }
     Ok(())
@@ -114,55 +125,46 @@ fn request(obj_ref: ObjectRef<Extension>, reason: &'static str) -> ReconcileRequ
     }
 }
 
-/// Watches the Extensions, keeps the store of ours current and triggers checks of new ones and
-/// of new generations.
+/// Follows the shared Extension cache: every Extension of ours once at the start, then new
+/// ones and new generations.
 fn extension_triggers(
-    client: &Client,
+    caches: &SharedCaches,
     config: &Arc<HealthCheckConfig>,
     bookkeeping: &Arc<Bookkeeping>,
-    mut writer: reflector::store::Writer<Extension>,
 ) -> BoxStream<'static, ReconcileRequest<Extension>> {
-    let api: Api<Extension> = match &config.namespace {
-        Some(namespace) => Api::namespaced(client.clone(), namespace),
-        None => Api::all(client.clone()),
-    };
-    let mut events = ExtensionEvents::new(config.clone(), bookkeeping.clone());
-    watcher(api, watcher::Config::default())
-        .default_backoff()
-        .modify(trim_managed_fields::<Extension>)
-        .flat_map(move |event| {
-            let triggers = match event {
-                Ok(event) => {
-                    let filtered = events.on_event(event);
-                    // Store first: the applier looks the object up when the trigger arrives.
-                    if let Some(store_event) = &filtered.store_event {
-                        writer.apply_watcher_event(store_event);
-                    }
-                    filtered.triggers
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "watching Extensions failed; retrying with backoff");
-                    Vec::new()
-                }
-            };
-            stream::iter(triggers)
-        })
+    let changes = caches.extensions.subscribe(EVENT_BUFFER);
+    let mut events = ExtensionEvents::new(
+        config.clone(),
+        bookkeeping.clone(),
+        caches.extensions.store().clone(),
+    );
+    let initial = events.start();
+    let updates = stream::unfold((changes, events), |(mut changes, mut events)| async move {
+        let change = changes.recv().await?;
+        let triggers = events.on_event(change);
+        Some((stream::iter(triggers), (changes, events)))
+    })
+    .flatten();
+    stream::iter(initial)
+        .chain(updates)
         .map(|r| request(r, "Extension created or its generation changed"))
         .boxed()
 }
 
 fn managed_resource_triggers(
     caches: &SharedCaches,
-    store: Store<Extension>,
+    config: &Arc<HealthCheckConfig>,
 ) -> BoxStream<'static, ReconcileRequest<Extension>> {
+    let store = caches.extensions.store().clone();
+    let config = config.clone();
     changes(caches.managed_resources.subscribe())
         .flat_map(move |change| {
             let refs = match change {
                 Change::Changed(mr) => match mr.namespace {
-                    Some(namespace) => extensions_in(&store.state(), &namespace, false),
+                    Some(namespace) => extensions_in(&store.state(), &config, &namespace, false),
                     None => Vec::new(),
                 },
-                Change::Missed => all(&store),
+                Change::Missed => all(&store, &config),
             };
             stream::iter(refs)
         })
@@ -172,14 +174,18 @@ fn managed_resource_triggers(
 
 fn cluster_triggers(
     caches: &SharedCaches,
-    store: Store<Extension>,
+    config: &Arc<HealthCheckConfig>,
 ) -> BoxStream<'static, ReconcileRequest<Extension>> {
+    let store = caches.extensions.store().clone();
+    let config = config.clone();
     changes(caches.clusters.subscribe())
         .flat_map(move |change| {
             let refs = match change {
                 // A Cluster is named like the shoot namespace it belongs to.
-                Change::Changed(cluster) => extensions_in(&store.state(), &cluster.name, true),
-                Change::Missed => all(&store),
+                Change::Changed(cluster) => {
+                    extensions_in(&store.state(), &config, &cluster.name, true)
+                }
+                Change::Missed => all(&store, &config),
             };
             stream::iter(refs)
         })
@@ -187,10 +193,40 @@ fn cluster_triggers(
         .boxed()
 }
 
-fn all(store: &Store<Extension>) -> Vec<ObjectRef<Extension>> {
+/// The namespaces in which an input a check watches itself changed (the shoot's nodes, say).
+fn check_triggers(
+    caches: &SharedCaches,
+    config: &Arc<HealthCheckConfig>,
+) -> Vec<BoxStream<'static, ReconcileRequest<Extension>>> {
+    config
+        .registrations
+        .iter()
+        .flat_map(|r| r.checks.iter())
+        .filter_map(|check| check.changes())
+        .map(|namespaces| {
+            let store = caches.extensions.store().clone();
+            let config = config.clone();
+            changes(namespaces)
+                .flat_map(move |change| {
+                    let refs = match change {
+                        Change::Changed(namespace) => {
+                            extensions_in(&store.state(), &config, &namespace, false)
+                        }
+                        Change::Missed => all(&store, &config),
+                    };
+                    stream::iter(refs)
+                })
+                .map(|r| request(r, "an input of one of its checks changed"))
+                .boxed()
+        })
+        .collect()
+}
+
+fn all(store: &Store<Extension>, config: &HealthCheckConfig) -> Vec<ObjectRef<Extension>> {
     store
         .state()
         .iter()
+        .filter(|e| config.handles(e))
         .map(|e| ObjectRef::from_obj(e.as_ref()))
         .collect()
 }
@@ -199,7 +235,12 @@ fn error_policy(extension: Arc<Extension>, error: &HealthCheckError, ctx: Arc<Co
     let key = ObjectRef::from_obj(extension.as_ref());
     let failures = ctx.bookkeeping.record_failure(&key);
     let delay = retry_delay(failures, ctx.config.period);
-    tracing::warn!(extension = %key, %error, failures, retry_in = ?delay, "health check failed");
+    if matches!(error, HealthCheckError::Conflict { .. }) && failures < 3 {
+        // Another writer was a moment faster: routine, not worth a warning.
+        tracing::debug!(extension = %key, %error, retry_in = ?delay, "health check meets a concurrent change");
+    } else {
+        tracing::warn!(extension = %key, %error, failures, retry_in = ?delay, "health check failed");
+    }
     Action::requeue(delay)
 }
 

@@ -20,14 +20,6 @@ pub enum HealthCheckError {
     #[error(transparent)]
     ShootDecode(#[from] ShootDecodeError),
 
-    #[error("reading Extension {namespace}/{name}: {source}")]
-    Read {
-        namespace: String,
-        name: String,
-        #[source]
-        source: kube::Error,
-    },
-
     #[error("writing the conditions of Extension {namespace}/{name}: {source}")]
     Write {
         namespace: String,
@@ -36,15 +28,12 @@ pub enum HealthCheckError {
         source: kube::Error,
     },
 
-    /// Every attempt to write met a concurrent change; the next reconcile tries again.
+    /// The Extension changed since the version the conditions were computed from; the check
+    /// is retried from the cache, which then shows the change.
     #[error(
-        "writing the conditions of Extension {namespace}/{name}: still conflicting after {attempts} attempts"
+        "writing the conditions of Extension {namespace}/{name}: it changed meanwhile; checking again"
     )]
-    Conflict {
-        namespace: String,
-        name: String,
-        attempts: usize,
-    },
+    Conflict { namespace: String, name: String },
 
     #[error("health check of Extension {namespace}/{name} did not finish within {timeout:?}")]
     Timeout {

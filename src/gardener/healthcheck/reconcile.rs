@@ -2,7 +2,7 @@
 //! write the conditions if (and only if) they changed.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use kube::api::{Patch, PatchParams};
@@ -11,7 +11,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::watch;
 
-use super::bookkeeping::Bookkeeping;
+use super::bookkeeping::{Bookkeeping, PendingWrite};
 use super::check::{CheckContext, HealthCheck};
 use super::condition::{build_condition, find, merge_conditions, now_in_seconds};
 use super::config::HealthCheckConfig;
@@ -19,12 +19,10 @@ use super::error::HealthCheckError;
 use super::result::{Aggregate, CheckResult, aggregate};
 use super::verdict::{condition_update, hibernated_update};
 use crate::gardener::api::extension::DEFAULT_CLASS;
-use crate::gardener::api::{Condition, Extension, OPERATION_ANNOTATION, OperationType, operation};
+use crate::gardener::api::{
+    Condition, Extension, OPERATION_ANNOTATION, OperationState, OperationType, operation,
+};
 use crate::gardener::cache::SharedCaches;
-
-/// How often a write that meets a concurrent change is re-read and retried within one
-/// reconcile before the reconcile fails (and is retried with backoff).
-const MAX_WRITE_ATTEMPTS: usize = 5;
 
 /// What every reconcile shares.
 pub(crate) struct Context {
@@ -65,6 +63,37 @@ pub(crate) fn skip_reason(extension: &Extension) -> Option<Skip> {
         .is_some_and(|op| op.type_ == OperationType::Migrate);
     (migrate_annotation || migrate_operation).then_some(Skip::Migrating)
 }
+
+/// Whether the lifecycle reconciler is in the middle of an operation on the Extension: it has
+/// never operated on it and gardenlet's request is pending, or it wrote `Processing` less than
+/// `period` ago. Its bundle is being written, so a check now would report a state that is about
+/// to change (at first sight of a new Extension: its ManagedResource is missing). Such an
+/// Extension is checked again shortly, without a request.
+pub(crate) fn operation_in_flight(
+    extension: &Extension,
+    now: jiff::Timestamp,
+    period: Duration,
+) -> bool {
+    let last = extension
+        .status
+        .as_ref()
+        .and_then(|s| s.last_operation.as_ref());
+    match last {
+        None => extension
+            .annotations()
+            .get(OPERATION_ANNOTATION)
+            .is_some_and(|op| op == operation::RECONCILE || op == operation::RESTORE),
+        Some(op) => {
+            op.state == OperationState::Processing
+                && jiff::SignedDuration::try_from(period).is_ok_and(|period| {
+                    now < op.last_update_time.0.saturating_add(period).unwrap_or(now)
+                })
+        }
+    }
+}
+
+/// How soon an Extension whose operation is in flight is looked at again.
+const IN_FLIGHT_RECHECK: Duration = Duration::from_secs(2);
 
 /// What the checks found, before it is merged into an Extension's conditions.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -111,17 +140,48 @@ pub(crate) fn conditions_patch(
     })
 }
 
-/// Whether the cached Extension may predate what this controller last wrote or read.
-fn is_stale(known_version: Option<&str>, cached_version: Option<&str>) -> bool {
-    known_version.is_some() && known_version != cached_version
-}
-
 fn conditions_of(extension: &Extension) -> &[Condition] {
     extension
         .status
         .as_ref()
         .map(|s| s.conditions.as_slice())
         .unwrap_or_default()
+}
+
+/// The conditions a check compares with, and the resourceVersion its write carries.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Base {
+    pub version: Option<String>,
+    pub conditions: Vec<Condition>,
+}
+
+/// What the Extension's conditions are, as far as this controller knows without asking: the
+/// cached object, unless the cache has not yet shown our own last write (then what we wrote,
+/// with the version our write produced). A pending write older than `grace` is taken to have
+/// been shown (a relist can skip versions); if the cache is older after all, the write carrying
+/// its version is refused with a conflict and the Extension is read.
+pub(crate) fn base(
+    cached: &Extension,
+    pending: Option<&PendingWrite>,
+    now: Instant,
+    grace: Duration,
+) -> Base {
+    let cached_version = cached.metadata.resource_version.as_deref();
+    match pending {
+        Some(p)
+            if Some(p.version.as_str()) != cached_version
+                && now.saturating_duration_since(p.at) < grace =>
+        {
+            Base {
+                version: Some(p.version.clone()),
+                conditions: p.conditions.clone(),
+            }
+        }
+        _ => Base {
+            version: cached_version.map(String::from),
+            conditions: conditions_of(cached).to_vec(),
+        },
+    }
 }
 
 /// Checks one Extension; the entry point for the applier.
@@ -157,31 +217,27 @@ async fn check_and_write(
     cached: Arc<Extension>,
     ctx: &Context,
 ) -> Result<Action, HealthCheckError> {
-    let key = ObjectRef::from_obj(cached.as_ref());
     let namespace = cached.namespace().unwrap_or_default();
     let name = cached.name_any();
-    let api: Api<Extension> = Api::namespaced(ctx.client.clone(), &namespace);
-
-    let mut extension = cached;
-    if is_stale(
-        ctx.bookkeeping.known_version(&key).as_deref(),
-        extension.resource_version().as_deref(),
-    ) {
-        match read(&api, &namespace, &name).await? {
-            Some(fresh) => extension = fresh,
-            None => return Ok(Action::await_change()),
-        }
-    }
-    if let Some(skip) = skip_reason(&extension) {
+    if let Some(skip) = skip_reason(&cached) {
         tracing::debug!(%namespace, %name, ?skip, "not checking the Extension");
+        ctx.config.release(&namespace);
         return Ok(Action::await_change());
     }
 
-    let findings = find_health(&extension, ctx).await?;
-    write_conditions(&api, extension, &findings, ctx).await?;
+    if operation_in_flight(&cached, jiff::Timestamp::now(), ctx.config.period) {
+        tracing::debug!(%namespace, %name, "the Extension's operation is in flight; checking later");
+        return Ok(Action::requeue(IN_FLIGHT_RECHECK));
+    }
+
+    let findings = find_health(&cached, ctx).await?;
+    write_conditions(cached, &findings, ctx).await?;
     Ok(match findings {
         // The Cluster watch resumes the checks when the shoot wakes up.
-        Findings::Hibernated => Action::await_change(),
+        Findings::Hibernated => {
+            ctx.config.release(&namespace);
+            Action::await_change()
+        }
         Findings::Checked(_) => Action::requeue(ctx.config.period),
     })
 }
@@ -266,93 +322,93 @@ async fn run_check(
     }
 }
 
-/// Writes the conditions `findings` imply, unless they equal the current ones. A concurrent
-/// change of the Extension makes the write fail with a conflict; then the Extension is read
-/// again and the conditions are recomputed from it (the findings stay valid: they do not
-/// depend on the Extension's status).
+/// Writes the conditions `findings` imply, unless they equal the current ones (see [`base`]):
+/// a check that finds what was last written sends nothing. A concurrent change of the
+/// Extension makes the write fail with a conflict; the check then fails and is retried (after
+/// a second) from the cache, which by then shows the change, instead of reading the Extension.
 async fn write_conditions(
-    api: &Api<Extension>,
-    mut extension: Arc<Extension>,
+    extension: Arc<Extension>,
     findings: &Findings,
     ctx: &Context,
 ) -> Result<(), HealthCheckError> {
     let key = ObjectRef::from_obj(extension.as_ref());
     let namespace = extension.namespace().unwrap_or_default();
     let name = extension.name_any();
+    let current = base(
+        &extension,
+        ctx.bookkeeping.pending(&key).as_ref(),
+        Instant::now(),
+        ctx.config.period,
+    );
+    let desired = desired_conditions(
+        &current.conditions,
+        findings,
+        ctx.config.condition_types(),
+        now_in_seconds(),
+    );
+    if desired == current.conditions {
+        return Ok(());
+    }
+    let conflict = || HealthCheckError::Conflict {
+        namespace: namespace.clone(),
+        name: name.clone(),
+    };
+    // Every object the API server returns has one; never write without the lock.
+    let Some(version) = &current.version else {
+        return Err(conflict());
+    };
+    let api: Api<Extension> = Api::namespaced(ctx.client.clone(), &namespace);
     let params = PatchParams {
         field_manager: Some(ctx.config.field_manager.clone()),
         ..PatchParams::default()
     };
-    for _attempt in 0..MAX_WRITE_ATTEMPTS {
-        let current = conditions_of(&extension);
-        let desired = desired_conditions(
-            current,
-            findings,
-            ctx.config.condition_types(),
-            now_in_seconds(),
-        );
-        if desired == current {
-            ctx.bookkeeping
-                .set_known_version(&key, extension.resource_version());
-            return Ok(());
+    let patch = conditions_patch(version, &desired);
+    match api
+        .patch_status(&name, &params, &Patch::Merge(&patch))
+        .await
+    {
+        Ok(written) => {
+            tracing::info!(%namespace, %name, conditions = %summary(&desired), "wrote health conditions");
+            remember_write(ctx, &key, written.resource_version(), desired);
+            Ok(())
         }
-        let conflict = match extension.resource_version() {
-            Some(version) => {
-                let patch = conditions_patch(&version, &desired);
-                match api
-                    .patch_status(&name, &params, &Patch::Merge(&patch))
-                    .await
-                {
-                    Ok(written) => {
-                        tracing::info!(%namespace, %name, conditions = %summary(&desired), "wrote health conditions");
-                        ctx.bookkeeping
-                            .set_known_version(&key, written.resource_version());
-                        return Ok(());
-                    }
-                    Err(e) if status_code(&e) == Some(409) => true,
-                    // Deleted meanwhile: nothing left to report on.
-                    Err(e) if status_code(&e) == Some(404) => return Ok(()),
-                    Err(source) => {
-                        return Err(HealthCheckError::Write {
-                            namespace,
-                            name,
-                            source,
-                        });
-                    }
-                }
-            }
-            // Every object the API server returns has one; never write without the lock.
-            None => false,
-        };
-        tracing::debug!(%namespace, %name, conflict, "re-reading the Extension before writing its conditions");
-        match read(api, &namespace, &name).await? {
-            Some(fresh) => extension = fresh,
-            None => return Ok(()),
+        Err(e) if status_code(&e) == Some(409) => {
+            ctx.bookkeeping.set_pending(&key, None);
+            Err(conflict())
         }
-        if skip_reason(&extension).is_some() {
-            return Ok(());
-        }
+        // Deleted meanwhile: nothing left to report on.
+        Err(e) if status_code(&e) == Some(404) => Ok(()),
+        Err(source) => Err(HealthCheckError::Write {
+            namespace,
+            name,
+            source,
+        }),
     }
-    Err(HealthCheckError::Conflict {
-        namespace,
-        name,
-        attempts: MAX_WRITE_ATTEMPTS,
-    })
 }
 
-async fn read(
-    api: &Api<Extension>,
-    namespace: &str,
-    name: &str,
-) -> Result<Option<Arc<Extension>>, HealthCheckError> {
-    api.get_opt(name)
-        .await
-        .map(|found| found.map(Arc::new))
-        .map_err(|source| HealthCheckError::Read {
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-            source,
-        })
+/// Remembers our write until the cache shows it, unless it already does.
+fn remember_write(
+    ctx: &Context,
+    key: &ObjectRef<Extension>,
+    version: Option<String>,
+    conditions: Vec<Condition>,
+) {
+    let Some(version) = version else {
+        ctx.bookkeeping.set_pending(key, None);
+        return;
+    };
+    let shown = ctx
+        .caches
+        .extensions
+        .store()
+        .get(key)
+        .is_some_and(|cached| cached.metadata.resource_version.as_deref() == Some(&version));
+    let pending = (!shown).then(|| PendingWrite {
+        version,
+        conditions,
+        at: Instant::now(),
+    });
+    ctx.bookkeeping.set_pending(key, pending);
 }
 
 fn status_code(error: &kube::Error) -> Option<u16> {
@@ -469,6 +525,53 @@ mod tests {
     }
 
     #[test]
+    fn an_operation_in_flight_postpones_the_check() {
+        let period = Duration::from_secs(30);
+        let now = at(100);
+        let fresh = extension();
+        assert!(
+            !operation_in_flight(&fresh, now, period),
+            "nothing requested"
+        );
+        let mut requested = extension();
+        requested
+            .annotations_mut()
+            .insert(OPERATION_ANNOTATION.into(), "reconcile".into());
+        assert!(operation_in_flight(&requested, now, period));
+
+        let with = |state, second| {
+            let mut e = requested.clone();
+            e.status = Some(ExtensionStatus {
+                last_operation: Some(LastOperation {
+                    last_update_time: Time(at(second)),
+                    ..last_operation(OperationType::Reconcile, state)
+                }),
+                ..ExtensionStatus::default()
+            });
+            e
+        };
+        assert!(operation_in_flight(
+            &with(OperationState::Processing, 90),
+            now,
+            period
+        ));
+        assert!(
+            !operation_in_flight(&with(OperationState::Processing, 60), now, period),
+            "Processing for longer than a period: checked anyway"
+        );
+        assert!(!operation_in_flight(
+            &with(OperationState::Succeeded, 99),
+            now,
+            period
+        ));
+        assert!(!operation_in_flight(
+            &with(OperationState::Error, 99),
+            now,
+            period
+        ));
+    }
+
+    #[test]
     fn hibernation_sets_every_registered_type_and_keeps_foreign_conditions() {
         let current = vec![
             condition("Foreign", ConditionStatus::False, "theirs", 0),
@@ -556,11 +659,39 @@ mod tests {
     }
 
     #[test]
-    fn the_cache_is_stale_only_when_it_differs_from_what_we_know() {
-        assert!(!is_stale(None, Some("1")));
-        assert!(!is_stale(Some("1"), Some("1")));
-        assert!(is_stale(Some("2"), Some("1")));
-        assert!(is_stale(Some("2"), None));
+    fn our_pending_write_stands_in_for_a_cache_that_has_not_shown_it() {
+        let ok = condition("SystemComponentsHealthy", ConditionStatus::True, "ok", 0);
+        let mut cached = extension();
+        cached.metadata.resource_version = Some("5".into());
+        let written = PendingWrite {
+            version: "6".into(),
+            conditions: vec![ok.clone()],
+            at: Instant::now(),
+        };
+        let grace = Duration::from_secs(30);
+        let now = written.at;
+        assert_eq!(
+            base(&cached, Some(&written), now, grace),
+            Base {
+                version: Some("6".into()),
+                conditions: vec![ok.clone()]
+            }
+        );
+        // The cache shows our write (or the grace is over): the cache is the truth.
+        let from_cache = Base {
+            version: Some("5".into()),
+            conditions: vec![],
+        };
+        assert_eq!(
+            base(&cached, Some(&written), now + grace, grace),
+            from_cache
+        );
+        assert_eq!(base(&cached, None, now, grace), from_cache);
+        cached.metadata.resource_version = Some("6".into());
+        assert_eq!(
+            base(&cached, Some(&written), now, grace).version.as_deref(),
+            Some("6")
+        );
     }
 
     struct Sleepy;

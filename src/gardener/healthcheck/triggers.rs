@@ -6,137 +6,144 @@ use std::sync::Arc;
 
 use futures::Stream;
 use kube::ResourceExt;
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher::Event;
+use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::broadcast;
 
 use super::bookkeeping::Bookkeeping;
 use super::config::HealthCheckConfig;
 use crate::gardener::api::Extension;
 use crate::gardener::api::extension::DEFAULT_CLASS;
+use crate::gardener::cache::ExtensionEvent;
 
-/// An Extension watch event, filtered to the Extensions the controller handles.
-pub(crate) struct Filtered {
-    /// The event to apply to the controller's store (`None`: not ours, ignore).
-    pub store_event: Option<Event<Extension>>,
-    /// The Extensions to check now.
-    pub triggers: Vec<ObjectRef<Extension>>,
-}
-
-/// Turns the Extension watch into store updates and check triggers.
+/// Turns the shared Extension cache's changes into check triggers.
 ///
-/// The store holds only the Extensions we handle. A check is triggered when an Extension is
-/// first seen and when its generation changes, as Gardener's `GenerationChangedPredicate`
-/// does: status writes (ours, the lifecycle reconciler's) and annotation changes (gardenlet's)
-/// do not trigger a check, so our own writes cannot loop.
+/// A check is triggered when an Extension of ours is first seen and when its generation
+/// changes, as Gardener's `GenerationChangedPredicate` does: status writes (ours, the lifecycle
+/// reconciler's) and annotation changes (gardenlet's) do not trigger a check, so our own writes
+/// cannot loop. Every version the cache shows is reported to the bookkeeping, which learns
+/// from it when the cache has caught up with our own last write.
 pub(crate) struct ExtensionEvents {
     config: Arc<HealthCheckConfig>,
     bookkeeping: Arc<Bookkeeping>,
+    store: Store<Extension>,
     generations: HashMap<ObjectRef<Extension>, Option<i64>>,
-    /// The objects of a relist in progress, to forget those deleted while the watch was down.
-    relisted: Option<HashSet<ObjectRef<Extension>>>,
+    /// The objects of a relist in progress.
+    relisted: Vec<ObjectRef<Extension>>,
 }
 
 impl ExtensionEvents {
     pub(crate) fn new(
         config: Arc<HealthCheckConfig>,
         bookkeeping: Arc<Bookkeeping>,
+        store: Store<Extension>,
     ) -> ExtensionEvents {
         ExtensionEvents {
             config,
             bookkeeping,
+            store,
             generations: HashMap::new(),
-            relisted: None,
+            relisted: Vec::new(),
         }
     }
 
-    pub(crate) fn on_event(&mut self, event: Event<Extension>) -> Filtered {
+    /// Everything the store holds now, as if it had just been listed: the controller starts
+    /// with this, then follows the changes.
+    pub(crate) fn start(&mut self) -> Vec<ObjectRef<Extension>> {
+        let all: Vec<Arc<Extension>> = self.store.state();
+        all.iter().filter_map(|ext| self.seen(ext)).collect()
+    }
+
+    pub(crate) fn on_event(&mut self, event: ExtensionEvent) -> Vec<ObjectRef<Extension>> {
         match event {
-            Event::Init => {
-                self.relisted = Some(HashSet::new());
-                self.pass(Event::Init, Vec::new())
-            }
-            Event::InitApply(ext) => {
-                if !self.config.handles(&ext) {
-                    return self.ignore();
+            ExtensionEvent::Applied { new, .. } => {
+                let key = ObjectRef::from_obj(new.as_ref());
+                if !self.config.handles(&new) {
+                    // Forget it in case it was ours before (a class or type that changed).
+                    self.forget(&key);
+                    return Vec::new();
                 }
-                let key = ObjectRef::from_obj(&ext);
-                if let Some(relisted) = &mut self.relisted {
-                    relisted.insert(key.clone());
-                }
-                let triggers = self.observe_generation(key, ext.metadata.generation);
-                self.pass(Event::InitApply(ext), triggers)
+                self.seen(&new).into_iter().collect()
             }
-            Event::InitDone => {
-                if let Some(relisted) = self.relisted.take() {
-                    self.generations.retain(|key, _| relisted.contains(key));
-                    self.bookkeeping.retain(|key| relisted.contains(key));
-                }
-                self.pass(Event::InitDone, Vec::new())
+            ExtensionEvent::Deleted(old) => {
+                self.forget(&ObjectRef::from_obj(old.as_ref()));
+                Vec::new()
             }
-            Event::Apply(ext) => {
-                let key = ObjectRef::from_obj(&ext);
-                if !self.config.handles(&ext) {
-                    // Drop it from the store in case it was ours before (a class or type
-                    // that changed); a no-op otherwise.
-                    return if self.generations.contains_key(&key) {
-                        self.forget(&key);
-                        self.pass(Event::Delete(ext), Vec::new())
-                    } else {
-                        self.ignore()
-                    };
-                }
-                let triggers = self.observe_generation(key, ext.metadata.generation);
-                self.pass(Event::Apply(ext), triggers)
+            ExtensionEvent::RelistStarted => {
+                self.relisted.clear();
+                Vec::new()
             }
-            Event::Delete(ext) => {
-                self.forget(&ObjectRef::from_obj(&ext));
-                self.pass(Event::Delete(ext), Vec::new())
+            ExtensionEvent::Relisted { key, .. } => {
+                self.relisted.push(key);
+                Vec::new()
+            }
+            ExtensionEvent::RelistDone => {
+                let relisted: HashSet<ObjectRef<Extension>> =
+                    std::mem::take(&mut self.relisted).into_iter().collect();
+                // Forget what vanished while the watch was down.
+                let vanished: Vec<ObjectRef<Extension>> = self
+                    .generations
+                    .keys()
+                    .filter(|key| !relisted.contains(key))
+                    .cloned()
+                    .collect();
+                for key in &vanished {
+                    self.forget(key);
+                }
+                self.bookkeeping.retain(|key| relisted.contains(key));
+                let mut triggers = Vec::new();
+                for key in &relisted {
+                    match self.store.get(key) {
+                        Some(ext) if self.config.handles(&ext) => {
+                            triggers.extend(self.seen(&ext));
+                        }
+                        _ => self.forget(key),
+                    }
+                }
+                triggers
             }
         }
     }
 
-    fn observe_generation(
-        &mut self,
-        key: ObjectRef<Extension>,
-        generation: Option<i64>,
-    ) -> Vec<ObjectRef<Extension>> {
-        match self.generations.insert(key.clone(), generation) {
-            Some(previous) if previous == generation => Vec::new(),
-            _ => vec![key],
+    /// Notes a version of one of our Extensions; its key when it is new or of a new
+    /// generation.
+    fn seen(&mut self, ext: &Extension) -> Option<ObjectRef<Extension>> {
+        if !self.config.handles(ext) {
+            return None;
+        }
+        let key = ObjectRef::from_obj(ext);
+        self.bookkeeping
+            .observe_version(&key, ext.metadata.resource_version.as_deref());
+        match self
+            .generations
+            .insert(key.clone(), ext.metadata.generation)
+        {
+            Some(previous) if previous == ext.metadata.generation => None,
+            _ => Some(key),
         }
     }
 
     fn forget(&mut self, key: &ObjectRef<Extension>) {
-        self.generations.remove(key);
+        if self.generations.remove(key).is_some()
+            && let Some(namespace) = &key.namespace
+        {
+            self.config.release(namespace);
+        }
         self.bookkeeping.forget(key);
-    }
-
-    fn pass(&self, event: Event<Extension>, triggers: Vec<ObjectRef<Extension>>) -> Filtered {
-        Filtered {
-            store_event: Some(event),
-            triggers,
-        }
-    }
-
-    fn ignore(&self) -> Filtered {
-        Filtered {
-            store_event: None,
-            triggers: Vec::new(),
-        }
     }
 }
 
-/// The Extensions (of the controller's store) in `namespace`; with `shoot_only`, only those of
+/// The Extensions the controller handles in `namespace`; with `shoot_only`, only those of
 /// class shoot (a Cluster belongs to a shoot namespace and matters only to them).
 pub(crate) fn extensions_in(
     extensions: &[Arc<Extension>],
+    config: &HealthCheckConfig,
     namespace: &str,
     shoot_only: bool,
 ) -> Vec<ObjectRef<Extension>> {
     extensions
         .iter()
         .filter(|e| e.namespace().as_deref() == Some(namespace))
+        .filter(|e| config.handles(e))
         .filter(|e| !shoot_only || e.class_or_default() == DEFAULT_CLASS)
         .map(|e| ObjectRef::from_obj(e.as_ref()))
         .collect()
@@ -166,9 +173,12 @@ pub(crate) fn changes<T: Clone + Send + 'static>(
 #[cfg(test)]
 mod tests {
     use futures::StreamExt;
+    use kube::runtime::reflector;
+    use kube::runtime::watcher::Event;
 
     use super::*;
     use crate::gardener::api::ExtensionSpec;
+    use crate::gardener::healthcheck::bookkeeping::PendingWrite;
 
     fn config() -> Arc<HealthCheckConfig> {
         Arc::new(HealthCheckConfig::new("containerd-shim"))
@@ -193,85 +203,162 @@ mod tests {
         ext(ns, "containerd-shim", "containerd-shim", None, generation)
     }
 
-    fn names(f: &Filtered) -> Vec<String> {
-        f.triggers
+    /// A store and the events the shared cache would publish for changes applied to it.
+    struct Cache {
+        store: Store<Extension>,
+        writer: reflector::store::Writer<Extension>,
+    }
+
+    impl Cache {
+        fn new() -> Cache {
+            let (store, writer) = reflector::store();
+            Cache { store, writer }
+        }
+
+        fn apply(&mut self, e: Extension) -> ExtensionEvent {
+            let old = self.store.get(&ObjectRef::from_obj(&e));
+            self.writer.apply_watcher_event(&Event::Apply(e.clone()));
+            ExtensionEvent::Applied {
+                old,
+                new: Arc::new(e),
+            }
+        }
+
+        fn delete(&mut self, e: Extension) -> ExtensionEvent {
+            self.writer.apply_watcher_event(&Event::Delete(e.clone()));
+            ExtensionEvent::Deleted(Arc::new(e))
+        }
+
+        fn relist(&mut self, objects: Vec<Extension>) -> Vec<ExtensionEvent> {
+            let mut events = vec![ExtensionEvent::RelistStarted];
+            self.writer.apply_watcher_event(&Event::Init);
+            for e in objects {
+                events.push(ExtensionEvent::Relisted {
+                    old: self.store.get(&ObjectRef::from_obj(&e)),
+                    key: ObjectRef::from_obj(&e),
+                });
+                self.writer.apply_watcher_event(&Event::InitApply(e));
+            }
+            self.writer.apply_watcher_event(&Event::InitDone);
+            events.push(ExtensionEvent::RelistDone);
+            events
+        }
+    }
+
+    fn names(refs: &[ObjectRef<Extension>]) -> Vec<String> {
+        let mut names: Vec<String> = refs
             .iter()
             .map(|r| format!("{}/{}", r.namespace.as_deref().unwrap_or(""), r.name))
-            .collect()
+            .collect();
+        names.sort();
+        names
     }
 
     #[test]
     fn first_sight_and_generation_changes_trigger_other_updates_do_not() {
-        let mut events = ExtensionEvents::new(config(), Arc::default());
-        let first = events.on_event(Event::Apply(ours("a", 1)));
+        let mut cache = Cache::new();
+        let mut events = ExtensionEvents::new(config(), Arc::default(), cache.store.clone());
+        let first = events.on_event(cache.apply(ours("a", 1)));
         assert_eq!(names(&first), ["a/containerd-shim"]);
-        assert!(matches!(first.store_event, Some(Event::Apply(_))));
-        let status_only = events.on_event(Event::Apply(ours("a", 1)));
-        assert!(status_only.triggers.is_empty());
-        assert!(
-            status_only.store_event.is_some(),
-            "the store still gets the new status"
-        );
+        assert!(events.on_event(cache.apply(ours("a", 1))).is_empty());
         assert_eq!(
-            names(&events.on_event(Event::Apply(ours("a", 2)))),
+            names(&events.on_event(cache.apply(ours("a", 2)))),
             ["a/containerd-shim"]
         );
     }
 
     #[test]
-    fn other_types_and_classes_never_reach_the_store() {
-        let mut events = ExtensionEvents::new(config(), Arc::default());
+    fn the_start_triggers_everything_of_ours_in_the_store() {
+        let mut cache = Cache::new();
+        for e in [
+            ours("a", 1),
+            ours("b", 3),
+            ext("a", "x", "other", None, 1),
+            ext("a", "y", "containerd-shim", Some("seed"), 1),
+        ] {
+            cache.apply(e);
+        }
+        let mut events = ExtensionEvents::new(config(), Arc::default(), cache.store.clone());
+        assert_eq!(
+            names(&events.start()),
+            ["a/containerd-shim", "b/containerd-shim"]
+        );
+        assert!(events.on_event(cache.apply(ours("b", 3))).is_empty());
+    }
+
+    #[test]
+    fn other_types_and_classes_never_trigger() {
+        let mut cache = Cache::new();
+        let mut events = ExtensionEvents::new(config(), Arc::default(), cache.store.clone());
         for e in [
             ext("a", "x", "other", None, 1),
             ext("a", "y", "containerd-shim", Some("seed"), 1),
         ] {
-            let f = events.on_event(Event::Apply(e.clone()));
-            assert!(f.store_event.is_none() && f.triggers.is_empty());
-            let f = events.on_event(Event::InitApply(e));
-            assert!(f.store_event.is_none() && f.triggers.is_empty());
+            assert!(events.on_event(cache.apply(e.clone())).is_empty());
+            let relist = cache.relist(vec![e]);
+            assert!(relist.into_iter().all(|ev| events.on_event(ev).is_empty()));
         }
     }
 
+    fn pending(version: &str) -> Option<PendingWrite> {
+        Some(PendingWrite {
+            version: version.into(),
+            conditions: Vec::new(),
+            at: std::time::Instant::now(),
+        })
+    }
+
     #[test]
-    fn an_extension_that_stops_being_ours_is_removed_from_the_store() {
+    fn an_extension_that_stops_being_ours_is_forgotten() {
         let bookkeeping = Arc::new(Bookkeeping::default());
-        let mut events = ExtensionEvents::new(config(), bookkeeping.clone());
-        events.on_event(Event::Apply(ours("a", 1)));
-        bookkeeping.set_known_version(&ObjectRef::from_obj(&ours("a", 1)), Some("1".into()));
+        let mut cache = Cache::new();
+        let mut events = ExtensionEvents::new(config(), bookkeeping.clone(), cache.store.clone());
+        events.on_event(cache.apply(ours("a", 1)));
+        bookkeeping.set_pending(&ObjectRef::from_obj(&ours("a", 1)), pending("1"));
         let mut changed = ours("a", 2);
         changed.spec.class = Some("seed".into());
-        let f = events.on_event(Event::Apply(changed));
-        assert!(matches!(f.store_event, Some(Event::Delete(_))));
-        assert!(f.triggers.is_empty());
+        assert!(events.on_event(cache.apply(changed)).is_empty());
         assert_eq!(bookkeeping.len(), 0);
+    }
+
+    #[test]
+    fn the_cache_showing_our_write_ends_it_being_pending() {
+        let bookkeeping = Arc::new(Bookkeeping::default());
+        let mut cache = Cache::new();
+        let mut events = ExtensionEvents::new(config(), bookkeeping.clone(), cache.store.clone());
+        let key = ObjectRef::from_obj(&ours("a", 1));
+        events.on_event(cache.apply(ours("a", 1)));
+        bookkeeping.set_pending(&key, pending("8"));
+        let mut older = ours("a", 1);
+        older.metadata.resource_version = Some("7".into());
+        events.on_event(cache.apply(older));
+        assert!(bookkeeping.pending(&key).is_some());
+        let mut ours_written = ours("a", 1);
+        ours_written.metadata.resource_version = Some("8".into());
+        events.on_event(cache.apply(ours_written));
+        assert_eq!(bookkeeping.pending(&key), None);
     }
 
     #[test]
     fn a_relist_triggers_only_new_or_changed_objects_and_forgets_vanished_ones() {
         let bookkeeping = Arc::new(Bookkeeping::default());
-        let mut events = ExtensionEvents::new(config(), bookkeeping.clone());
-        events.on_event(Event::Apply(ours("a", 1)));
-        events.on_event(Event::Apply(ours("gone", 1)));
-        bookkeeping.set_known_version(&ObjectRef::from_obj(&ours("gone", 1)), Some("5".into()));
-        assert!(events.on_event(Event::Init).triggers.is_empty());
-        assert!(
-            events
-                .on_event(Event::InitApply(ours("a", 1)))
-                .triggers
-                .is_empty()
-        );
-        assert_eq!(
-            names(&events.on_event(Event::InitApply(ours("b", 1)))),
-            ["b/containerd-shim"]
-        );
-        events.on_event(Event::InitDone);
+        let mut cache = Cache::new();
+        let mut events = ExtensionEvents::new(config(), bookkeeping.clone(), cache.store.clone());
+        events.on_event(cache.apply(ours("a", 1)));
+        events.on_event(cache.apply(ours("gone", 1)));
+        bookkeeping.set_pending(&ObjectRef::from_obj(&ours("gone", 1)), pending("5"));
+        let mut triggered = Vec::new();
+        for ev in cache.relist(vec![ours("a", 1), ours("b", 1)]) {
+            triggered.extend(events.on_event(ev));
+        }
+        assert_eq!(names(&triggered), ["b/containerd-shim"]);
         assert_eq!(
             bookkeeping.len(),
             0,
             "the vanished object's memory is dropped"
         );
         assert_eq!(
-            names(&events.on_event(Event::Apply(ours("gone", 1)))),
+            names(&events.on_event(cache.apply(ours("gone", 1)))),
             ["gone/containerd-shim"],
             "re-created after the relist: seen for the first time again"
         );
@@ -279,12 +366,12 @@ mod tests {
 
     #[test]
     fn delete_forgets_so_a_recreated_object_triggers_again() {
-        let mut events = ExtensionEvents::new(config(), Arc::default());
-        events.on_event(Event::Apply(ours("a", 1)));
-        let deleted = events.on_event(Event::Delete(ours("a", 1)));
-        assert!(matches!(deleted.store_event, Some(Event::Delete(_))));
+        let mut cache = Cache::new();
+        let mut events = ExtensionEvents::new(config(), Arc::default(), cache.store.clone());
+        events.on_event(cache.apply(ours("a", 1)));
+        assert!(events.on_event(cache.delete(ours("a", 1))).is_empty());
         assert_eq!(
-            names(&events.on_event(Event::Apply(ours("a", 1)))),
+            names(&events.on_event(cache.apply(ours("a", 1)))),
             ["a/containerd-shim"]
         );
     }
@@ -294,10 +381,13 @@ mod tests {
         let all: Vec<Arc<Extension>> = vec![
             Arc::new(ours("a", 1)),
             Arc::new(ext("a", "seedy", "containerd-shim", Some("seed"), 1)),
+            Arc::new(ext("a", "other", "other-type", None, 1)),
             Arc::new(ours("b", 1)),
         ];
+        let mut config = HealthCheckConfig::new("containerd-shim");
+        config.classes = vec!["shoot".into(), "seed".into()];
         let refs = |ns, shoot_only| -> Vec<String> {
-            extensions_in(&all, ns, shoot_only)
+            extensions_in(&all, &config, ns, shoot_only)
                 .into_iter()
                 .map(|r| r.name)
                 .collect()

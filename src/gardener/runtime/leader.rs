@@ -1,30 +1,41 @@
-//! Leader election on a `coordination.k8s.io` Lease with kube-lease-manager.
+//! Leader election on a `coordination.k8s.io` Lease, with client-go's rules and one request per
+//! renewal.
 //!
-//! kube-lease-manager keeps trying to acquire the Lease and renews it while held, and tells us
-//! when the holder changes. Two things it does not do are added here:
-//!
+//! - **Acquiring.** A stand-by reads the Lease every retry period. It takes the Lease when it
+//!   is missing (create), released (no holder), or expired: its record has not changed for a
+//!   lease duration as measured by this process's own clock since it last saw the record
+//!   change (client-go's rule; no comparison of clocks across machines).
+//! - **Renewing.** The leader renews every retry period with one merge patch of `renewTime`
+//!   that carries the resourceVersion of its own last write, so the API server refuses it
+//!   (409) if anybody else wrote the Lease since. Only then is the Lease read: held by another
+//!   replica means leadership is lost, still ours (someone changed a label) means renew again
+//!   with the new version. A deleted Lease (404) is lost leadership as well.
+//! - **The renew deadline.** A leader that has not renewed successfully within the renew
+//!   deadline (shorter than the lease duration, so before any stand-by may take over) gives
+//!   up.
 //! - **Fail-stop.** Once this replica has led, losing the Lease ends the process (the pod
 //!   restarts and competes again), as kube-controller-manager does. Continuing as a stand-by
 //!   would need every controller to stop cleanly mid-reconcile and restart its state; an exit
 //!   is simpler and certainly correct.
-//! - **The renew deadline.** When a renewal fails, kube-lease-manager logs, backs off and
-//!   retries, but still reports "leader" — for as long as the API server stays unreachable.
-//!   Meanwhile the Lease expires and a stand-by takes over, and when the connection returns
-//!   both would reconcile until the old leader's next renewal attempt. So a watchdog reads the
-//!   Lease every retry period and gives up leadership when the Lease names another holder, or
-//!   when its last renewal is older than the renew deadline (always shorter than the lease
-//!   duration, so this replica stops before anyone else may start).
+//! - **Release.** On a graceful stop the leader clears the holder, so a stand-by takes over at
+//!   once instead of waiting for the Lease to expire.
 
 use std::time::Duration;
 
-use k8s_openapi::api::coordination::v1::Lease;
-use kube::{Api, Client};
-use kube_lease_manager::{LeaseCreateMode, LeaseManagerBuilder, LeaseParams};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::metrics::LeaderMetrics;
 use super::options::LeaderElectionTiming;
+
+/// Field manager of every write to the Lease.
+const FIELD_MANAGER: &str = "leader-election";
 
 /// What the election needs to know.
 #[derive(Clone, Debug)]
@@ -83,21 +94,288 @@ fn random_suffix() -> String {
     format!("{:010x}", h.finish() & 0xff_ffff_ffff)
 }
 
-/// kube-lease-manager's parameters for `timing`. The holder renews `grace` before expiry, so
-/// `grace = duration - retry period` renews every retry period, like client-go.
-fn lease_params(config: &LeaderElectionConfig) -> Result<LeaseParams, String> {
-    let duration = config.timing.lease_duration_seconds;
-    let retry = config.timing.retry_period_seconds;
-    // LeaseParams::new panics on these; the flags are validated already, this keeps a
-    // programming error from becoming a panic.
-    if retry == 0 || retry >= duration {
-        return Err(format!("retry period {retry}s must be in 1..{duration}s"));
+/// Checks what the Lease arithmetic needs; the flags are validated already, this keeps a
+/// programming error from becoming a misbehaving election.
+fn check_timing(timing: &LeaderElectionTiming) -> Result<(), String> {
+    let duration = timing.lease_duration_seconds;
+    let retry = timing.retry_period_seconds;
+    if retry == 0 || retry >= duration || i32::try_from(duration).is_err() {
+        return Err(format!(
+            "retry period {retry}s must be in 1..{duration}s, and the lease duration fit a Lease"
+        ));
     }
-    Ok(LeaseParams::new(
-        config.identity.clone(),
-        duration,
-        duration - retry,
-    ))
+    Ok(())
+}
+
+/// The Lease as this replica last saw it, and when (on its own clock) its record last changed.
+#[derive(Debug)]
+struct Observed {
+    spec: LeaseSpec,
+    changed_at: Instant,
+}
+
+impl Observed {
+    /// Whether the holder's time is up: its record has not changed for its lease duration.
+    fn expired(&self, now: Instant, default_duration: Duration) -> bool {
+        let duration = self
+            .spec
+            .lease_duration_seconds
+            .and_then(|s| u64::try_from(s).ok())
+            .map_or(default_duration, Duration::from_secs);
+        // A duration too large to add (a hand-written Lease) never expires.
+        self.changed_at
+            .checked_add(duration)
+            .is_some_and(|end| now >= end)
+    }
+}
+
+/// The holder named by a Lease, if any (an empty name is no holder, as in client-go).
+fn holder(spec: &LeaseSpec) -> Option<&str> {
+    spec.holder_identity.as_deref().filter(|h| !h.is_empty())
+}
+
+/// Whether two records are the same for expiry purposes (client-go compares the whole record).
+fn same_record(a: &LeaseSpec, b: &LeaseSpec) -> bool {
+    a.holder_identity == b.holder_identity
+        && a.renew_time == b.renew_time
+        && a.acquire_time == b.acquire_time
+        && a.lease_duration_seconds == b.lease_duration_seconds
+        && a.lease_transitions == b.lease_transitions
+}
+
+/// What one acquisition attempt decided.
+#[derive(Debug, PartialEq, Eq)]
+enum Acquire {
+    /// Create the Lease: it does not exist.
+    Create,
+    /// Take it over with this many transitions.
+    TakeOver { transitions: i32 },
+    /// Another replica holds it and its time is not up.
+    Wait,
+}
+
+/// The acquisition decision for a Lease read at `now` (pure).
+fn decide_acquire(
+    observed: Option<&Observed>,
+    identity: &str,
+    now: Instant,
+    default_duration: Duration,
+) -> Acquire {
+    let Some(observed) = observed else {
+        return Acquire::Create;
+    };
+    let transitions = observed.spec.lease_transitions.unwrap_or(0);
+    match holder(&observed.spec) {
+        Some(h) if h == identity => Acquire::TakeOver { transitions },
+        Some(_) if !observed.expired(now, default_duration) => Acquire::Wait,
+        Some(_) => Acquire::TakeOver {
+            transitions: transitions.saturating_add(1),
+        },
+        None => Acquire::TakeOver {
+            transitions: transitions.saturating_add(1),
+        },
+    }
+}
+
+/// The Lease API of one election.
+struct Elector {
+    api: Api<Lease>,
+    config: LeaderElectionConfig,
+    observed: Option<Observed>,
+}
+
+/// Why a renewal did not succeed.
+enum RenewFailure {
+    /// Leadership is gone for good.
+    Lost(String),
+    /// Worth another try within the renew deadline.
+    Retry(String),
+}
+
+impl Elector {
+    fn duration_seconds(&self) -> i32 {
+        i32::try_from(self.config.timing.lease_duration_seconds).unwrap_or(i32::MAX)
+    }
+
+    fn params() -> PatchParams {
+        PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_string()),
+            ..PatchParams::default()
+        }
+    }
+
+    /// Remembers the record of `lease`, noting the time when it changed.
+    fn observe(&mut self, lease: Option<&Lease>) {
+        let Some(lease) = lease else {
+            self.observed = None;
+            return;
+        };
+        let spec = lease.spec.clone().unwrap_or_default();
+        let unchanged = self
+            .observed
+            .as_ref()
+            .is_some_and(|o| same_record(&o.spec, &spec));
+        if !unchanged {
+            self.observed = Some(Observed {
+                spec,
+                changed_at: Instant::now(),
+            });
+        }
+    }
+
+    /// One acquisition attempt: read, then create or take over if allowed. Returns the
+    /// resourceVersion of the Lease this replica now holds.
+    async fn try_acquire(&mut self) -> Result<Option<String>, kube::Error> {
+        let current = self.api.get_opt(&self.config.lease_name).await?;
+        self.observe(current.as_ref());
+        let default_duration = Duration::from_secs(self.config.timing.lease_duration_seconds);
+        let decision = decide_acquire(
+            self.observed.as_ref(),
+            &self.config.identity,
+            Instant::now(),
+            default_duration,
+        );
+        let now = MicroTime(jiff::Timestamp::now());
+        let written = match decision {
+            Acquire::Wait => return Ok(None),
+            Acquire::Create => {
+                let lease = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(self.config.lease_name.clone()),
+                        ..ObjectMeta::default()
+                    },
+                    spec: Some(LeaseSpec {
+                        holder_identity: Some(self.config.identity.clone()),
+                        lease_duration_seconds: Some(self.duration_seconds()),
+                        acquire_time: Some(now.clone()),
+                        renew_time: Some(now),
+                        lease_transitions: Some(0),
+                        ..LeaseSpec::default()
+                    }),
+                };
+                let params = PostParams {
+                    field_manager: Some(FIELD_MANAGER.to_string()),
+                    ..PostParams::default()
+                };
+                self.api.create(&params, &lease).await
+            }
+            Acquire::TakeOver { transitions } => {
+                let version = current.as_ref().and_then(|l| l.resource_version());
+                let patch = json!({
+                    "metadata": {"resourceVersion": version},
+                    "spec": {
+                        "holderIdentity": self.config.identity,
+                        "leaseDurationSeconds": self.duration_seconds(),
+                        "acquireTime": now,
+                        "renewTime": now,
+                        "leaseTransitions": transitions,
+                    },
+                });
+                self.api
+                    .patch(
+                        &self.config.lease_name,
+                        &Self::params(),
+                        &Patch::Merge(&patch),
+                    )
+                    .await
+            }
+        };
+        match written {
+            Ok(lease) => {
+                self.observe(Some(&lease));
+                Ok(lease.resource_version())
+            }
+            // Somebody else was faster (created it, or wrote it since our read).
+            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One renewal: a merge patch carrying `version`; after a conflict, one read decides
+    /// whether the Lease is still ours (then the patch is sent again with the new version).
+    async fn renew(&mut self, version: &str) -> Result<String, RenewFailure> {
+        let mut version = version.to_string();
+        // A conflict caused by another writer that leaves us the holder (a label change) is
+        // retried; a second conflict in a row is retried at the next period.
+        for _ in 0..2 {
+            let patch = json!({
+                "metadata": {"resourceVersion": version},
+                "spec": {
+                    "holderIdentity": self.config.identity,
+                    "leaseDurationSeconds": self.duration_seconds(),
+                    "renewTime": MicroTime(jiff::Timestamp::now()),
+                },
+            });
+            let result = self
+                .api
+                .patch(
+                    &self.config.lease_name,
+                    &Self::params(),
+                    &Patch::Merge(&patch),
+                )
+                .await;
+            match result {
+                Ok(lease) => {
+                    self.observe(Some(&lease));
+                    return lease.resource_version().ok_or_else(|| {
+                        RenewFailure::Retry("the Lease has no resourceVersion".into())
+                    });
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 => {
+                    return Err(RenewFailure::Lost("the Lease was deleted".to_string()));
+                }
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    let current = self
+                        .api
+                        .get_opt(&self.config.lease_name)
+                        .await
+                        .map_err(|e| RenewFailure::Retry(format!("cannot read the Lease: {e}")))?;
+                    let Some(current) = current else {
+                        return Err(RenewFailure::Lost("the Lease was deleted".to_string()));
+                    };
+                    let spec = current.spec.clone().unwrap_or_default();
+                    if holder(&spec) != Some(self.config.identity.as_str()) {
+                        return Err(RenewFailure::Lost(format!(
+                            "the Lease is held by {:?}",
+                            holder(&spec).unwrap_or_default()
+                        )));
+                    }
+                    self.observe(Some(&current));
+                    version = current.resource_version().unwrap_or_default();
+                }
+                Err(e) => return Err(RenewFailure::Retry(e.to_string())),
+            }
+        }
+        Err(RenewFailure::Retry(
+            "the Lease kept changing under the renewal".to_string(),
+        ))
+    }
+
+    /// Clears the holder so a stand-by takes over at once; only if the Lease is still ours.
+    async fn release(&mut self, version: &str) -> Result<(), kube::Error> {
+        let patch = json!({
+            "metadata": {"resourceVersion": version},
+            "spec": {
+                "holderIdentity": null,
+                "leaseDurationSeconds": 1,
+                "renewTime": MicroTime(jiff::Timestamp::now()),
+            },
+        });
+        match self
+            .api
+            .patch(
+                &self.config.lease_name,
+                &Self::params(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            // Changed or gone since our last renewal: not ours to release any more.
+            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
 }
 
 /// Runs the election until `stop` is cancelled or leadership is lost, publishing whether this
@@ -109,131 +387,107 @@ pub(crate) async fn run(
     stop: CancellationToken,
     metrics: LeaderMetrics,
 ) -> LeaderEnd {
+    if let Err(e) = check_timing(&config.timing) {
+        return LeaderEnd::Failed(e);
+    }
     let retry = Duration::from_secs(config.timing.retry_period_seconds);
-    let params = match lease_params(&config) {
-        Ok(p) => p,
-        Err(e) => return LeaderEnd::Failed(e),
-    };
+    let renew_deadline = config.timing.renew_deadline;
     metrics.set(&config.lease_name, false);
     tracing::info!(lease = %config.lease_name, namespace = %config.namespace, identity = %config.identity, "Starting leader election");
+    let mut elector = Elector {
+        api: Api::namespaced(client, &config.namespace),
+        config: config.clone(),
+        observed: None,
+    };
 
-    // Creating the manager reads (and creates) the Lease; like client-go, keep trying while the
-    // API server is unreachable or the permissions are not there yet.
-    let manager = loop {
-        let build = LeaseManagerBuilder::new(client.clone(), config.lease_name.clone())
-            .with_namespace(config.namespace.clone())
-            .with_parameters(params.clone())
-            .with_create_mode(LeaseCreateMode::AutoCreate)
-            .build();
-        tokio::select! {
+    // Acquire: like client-go, keep trying while the API server is unreachable or the
+    // permissions are not there yet.
+    let mut version = loop {
+        let attempt = tokio::select! {
             _ = stop.cancelled() => return LeaderEnd::Stopped,
-            built = build => match built {
-                Ok(m) => break m,
-                Err(e) => {
-                    tracing::error!(error = %e, lease = %config.lease_name, "Failed to access the leader-election Lease; retrying");
-                    tokio::select! {
-                        _ = stop.cancelled() => return LeaderEnd::Stopped,
-                        _ = tokio::time::sleep(retry) => {}
-                    }
-                }
+            attempt = elector.try_acquire() => attempt,
+        };
+        match attempt {
+            Ok(Some(version)) => break version,
+            Ok(None) => {}
+            Err(e) => {
+                tracing::error!(error = %e, lease = %config.lease_name, "Failed to access the leader-election Lease; retrying")
             }
         }
+        tokio::select! {
+            _ = stop.cancelled() => return LeaderEnd::Stopped,
+            _ = tokio::time::sleep(retry) => {}
+        }
     };
-    let (mut holder, mut task) = manager.watch().await;
-    let leases: Api<Lease> = Api::namespaced(client, &config.namespace);
-    let mut watchdog = tokio::time::interval(retry);
-    watchdog.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut leading_since: Option<jiff::Timestamp> = None;
-    let mut last_renewal: Option<jiff::Timestamp> = None;
+    tracing::info!(lease = %config.lease_name, identity = %config.identity, "Acquired leadership");
+    metrics.set(&config.lease_name, true);
+    // Nobody listening just means no controller waits for leadership.
+    let _ = leader.send(true);
+    let mut last_renewal = Instant::now();
+    let mut next_attempt = last_renewal + retry;
 
     loop {
         tokio::select! {
             biased;
             _ = stop.cancelled() => {
-                if leading_since.is_some() {
-                    // Dropping the receiver makes the manager's task release the Lease, so a
-                    // stand-by need not wait for it to expire.
-                    drop(holder);
-                    // Up to a lease duration: after that the Lease has expired anyway, and a
-                    // loaded API server may take more than a retry period to answer.
-                    let release_timeout = Duration::from_secs(config.timing.lease_duration_seconds);
-                    match tokio::time::timeout(release_timeout, &mut task).await {
-                        Ok(Ok(Ok(_))) => tracing::info!(lease = %config.lease_name, "Released the leader-election Lease"),
-                        Ok(Ok(Err(e))) => tracing::warn!(error = %e, "Failed to release the leader-election Lease"),
-                        Ok(Err(e)) => tracing::warn!(error = %e, "Leader-election task failed"),
-                        Err(_) => {
-                            task.abort();
-                            tracing::warn!("Timed out releasing the leader-election Lease");
-                        }
-                    }
-                } else {
-                    task.abort();
+                // Up to a lease duration: after that the Lease has expired anyway, and a
+                // loaded API server may take more than a retry period to answer.
+                let release_timeout = Duration::from_secs(config.timing.lease_duration_seconds);
+                match tokio::time::timeout(release_timeout, elector.release(&version)).await {
+                    Ok(Ok(())) => tracing::info!(lease = %config.lease_name, "Released the leader-election Lease"),
+                    Ok(Err(e)) => tracing::warn!(error = %e, "Failed to release the leader-election Lease"),
+                    Err(_) => tracing::warn!("Timed out releasing the leader-election Lease"),
                 }
                 metrics.set(&config.lease_name, false);
                 return LeaderEnd::Stopped;
             }
-            changed = holder.changed() => {
-                if changed.is_err() {
-                    // The manager's task only ends when we stop listening; anything else is a
-                    // failure of the library.
-                    let reason = match (&mut task).await {
-                        Ok(Err(e)) => format!("the lease manager stopped: {e}"),
-                        Ok(Ok(_)) => "the lease manager stopped".to_string(),
-                        Err(e) => format!("the lease manager task failed: {e}"),
-                    };
-                    return end(leading_since.is_some(), reason, &metrics, &config);
-                }
-                let is_holder = *holder.borrow_and_update();
-                match (leading_since.is_some(), is_holder) {
-                    (false, true) => {
-                        tracing::info!(lease = %config.lease_name, identity = %config.identity, "Acquired leadership");
-                        leading_since = Some(jiff::Timestamp::now());
-                        last_renewal = None;
-                        metrics.set(&config.lease_name, true);
-                        // Nobody listening just means no controller waits for leadership.
-                        let _ = leader.send(true);
-                        watchdog.reset();
-                    }
-                    (true, false) => {
-                        task.abort();
-                        return end(true, "another replica holds the Lease".to_string(), &metrics, &config);
-                    }
-                    _ => {}
-                }
+            _ = tokio::time::sleep_until(next_attempt) => {}
+        }
+        // A process that was paused (or starved) past the deadline must not act on an old
+        // leadership for a moment longer: check before sending anything.
+        let remaining = renew_deadline.saturating_sub(last_renewal.elapsed());
+        if remaining.is_zero() {
+            return end(
+                true,
+                not_renewed(last_renewal.elapsed(), renew_deadline),
+                &metrics,
+                &config,
+            );
+        }
+        let attempt_started = Instant::now();
+        let outcome = tokio::select! {
+            biased;
+            _ = stop.cancelled() => continue,
+            outcome = tokio::time::timeout(remaining, elector.renew(&version)) => outcome,
+        };
+        match outcome {
+            Ok(Ok(new_version)) => {
+                version = new_version;
+                // Measured from before the request: the holder's time as the others count it
+                // starts no earlier than that.
+                last_renewal = attempt_started;
+                next_attempt = attempt_started + retry;
             }
-            _ = watchdog.tick(), if leading_since.is_some() => {
-                match tokio::time::timeout(retry, leases.get_opt(&config.lease_name)).await {
-                    Ok(Ok(Some(lease))) => {
-                        let spec = lease.spec.unwrap_or_default();
-                        if spec.holder_identity.as_deref() != Some(config.identity.as_str()) {
-                            task.abort();
-                            let reason = format!("the Lease is held by {:?}", spec.holder_identity.unwrap_or_default());
-                            return end(true, reason, &metrics, &config);
-                        }
-                        if let Some(renewed) = spec.renew_time {
-                            last_renewal = last_renewal.max(Some(renewed.0));
-                        }
-                    }
-                    Ok(Ok(None)) => {
-                        task.abort();
-                        return end(true, "the Lease was deleted".to_string(), &metrics, &config);
-                    }
-                    Ok(Err(e)) => tracing::warn!(error = %e, lease = %config.lease_name, "Failed to read the leader-election Lease"),
-                    Err(_) => tracing::warn!(lease = %config.lease_name, "Timed out reading the leader-election Lease"),
-                }
-                let reference = last_renewal.or(leading_since).unwrap_or_else(jiff::Timestamp::now);
-                let age = Duration::try_from(jiff::Timestamp::now().duration_since(reference)).unwrap_or(Duration::ZERO);
-                if age > config.timing.renew_deadline {
-                    task.abort();
-                    let reason = format!(
-                        "the Lease was not renewed for {age:?}, longer than the renew deadline {:?}",
-                        config.timing.renew_deadline
-                    );
-                    return end(true, reason, &metrics, &config);
-                }
+            Ok(Err(RenewFailure::Lost(reason))) => return end(true, reason, &metrics, &config),
+            Ok(Err(RenewFailure::Retry(reason))) => {
+                tracing::warn!(error = %reason, lease = %config.lease_name, "Failed to renew the leader-election Lease");
+                next_attempt = Instant::now()
+                    + retry.min(renew_deadline.saturating_sub(last_renewal.elapsed()));
+            }
+            Err(_elapsed) => {
+                return end(
+                    true,
+                    not_renewed(last_renewal.elapsed(), renew_deadline),
+                    &metrics,
+                    &config,
+                );
             }
         }
     }
+}
+
+fn not_renewed(age: Duration, deadline: Duration) -> String {
+    format!("the Lease was not renewed for {age:?}, longer than the renew deadline {deadline:?}")
 }
 
 fn end(
@@ -254,24 +508,20 @@ fn end(
 mod tests {
     use super::*;
 
-    fn config(duration: u64, retry: u64) -> LeaderElectionConfig {
-        LeaderElectionConfig {
-            lease_name: "x".into(),
-            namespace: "ns".into(),
-            identity: "me".into(),
-            timing: LeaderElectionTiming {
-                lease_duration_seconds: duration,
-                renew_deadline: Duration::from_secs(duration.saturating_sub(1)),
-                retry_period_seconds: retry,
-            },
+    fn timing(duration: u64, retry: u64) -> LeaderElectionTiming {
+        LeaderElectionTiming {
+            lease_duration_seconds: duration,
+            renew_deadline: Duration::from_secs(duration.saturating_sub(1)),
+            retry_period_seconds: retry,
         }
     }
 
     #[test]
     fn invalid_timing_is_an_error_not_a_panic() {
-        assert!(lease_params(&config(15, 2)).is_ok());
-        assert!(lease_params(&config(2, 2)).is_err());
-        assert!(lease_params(&config(15, 0)).is_err());
+        assert!(check_timing(&timing(15, 2)).is_ok());
+        assert!(check_timing(&timing(2, 2)).is_err());
+        assert!(check_timing(&timing(15, 0)).is_err());
+        assert!(check_timing(&timing(u64::MAX, 2)).is_err());
     }
 
     #[test]
@@ -282,5 +532,57 @@ mod tests {
         let (base, suffix) = a.rsplit_once('_').expect("suffix");
         assert!(!base.is_empty());
         assert_eq!(suffix.len(), 10);
+    }
+
+    fn observed(holder: Option<&str>, transitions: i32, changed_at: Instant) -> Observed {
+        Observed {
+            spec: LeaseSpec {
+                holder_identity: holder.map(String::from),
+                lease_duration_seconds: Some(15),
+                lease_transitions: Some(transitions),
+                ..LeaseSpec::default()
+            },
+            changed_at,
+        }
+    }
+
+    #[test]
+    fn a_stand_by_waits_for_the_record_to_stay_unchanged_for_a_lease_duration() {
+        let seen = Instant::now();
+        let default = Duration::from_secs(15);
+        assert_eq!(decide_acquire(None, "me", seen, default), Acquire::Create);
+        let other = observed(Some("other"), 3, seen);
+        assert_eq!(
+            decide_acquire(Some(&other), "me", seen + Duration::from_secs(14), default),
+            Acquire::Wait
+        );
+        assert_eq!(
+            decide_acquire(Some(&other), "me", seen + Duration::from_secs(15), default),
+            Acquire::TakeOver { transitions: 4 }
+        );
+        let released = observed(None, 3, seen);
+        assert_eq!(
+            decide_acquire(Some(&released), "me", seen, default),
+            Acquire::TakeOver { transitions: 4 }
+        );
+        let empty_name = observed(Some(""), 3, seen);
+        assert_eq!(
+            decide_acquire(Some(&empty_name), "me", seen, default),
+            Acquire::TakeOver { transitions: 4 }
+        );
+        let mine = observed(Some("me"), 3, seen);
+        assert_eq!(
+            decide_acquire(Some(&mine), "me", seen, default),
+            Acquire::TakeOver { transitions: 3 }
+        );
+    }
+
+    #[test]
+    fn a_record_counts_as_changed_only_when_a_field_changes() {
+        let a = observed(Some("x"), 1, Instant::now()).spec;
+        let mut b = a.clone();
+        assert!(same_record(&a, &b));
+        b.renew_time = Some(MicroTime(jiff::Timestamp::UNIX_EPOCH));
+        assert!(!same_record(&a, &b));
     }
 }

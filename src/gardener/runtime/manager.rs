@@ -32,6 +32,10 @@ use super::leader::{self, LeaderElectionConfig, LeaderEnd};
 use super::metrics::{LeaderMetrics, ReconcileMetrics};
 use super::options::RuntimeOptions;
 use super::readiness::Readiness;
+use crate::user_agent;
+
+/// The User-Agent component of the leader election's requests.
+pub const LEADER_ELECTION_COMPONENT: &str = "leader-election";
 
 /// Where a pod's service account tells its namespace.
 const IN_CLUSTER_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
@@ -50,6 +54,7 @@ pub struct ControllerContext {
     pub name: &'static str,
     /// The extension's name (e.g. `containerd-shim`).
     pub extension_name: Arc<str>,
+    /// A client whose User-Agent names this controller.
     pub client: Client,
     pub metrics: ReconcileMetrics,
     pub readiness: Readiness,
@@ -220,9 +225,20 @@ async fn build_client(kubeconfig: Option<&OsStr>) -> Result<Client, RuntimeError
     Client::try_from(config).map_err(RuntimeError::Client)
 }
 
+/// `base` sending `agent`; a User-Agent that is no valid header value (a control character
+/// in a component name) leaves the requests without one rather than failing.
+fn client_with_agent(base: &Client, agent: &str) -> Client {
+    user_agent::client_with(base, agent).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "Sending requests without a User-Agent");
+        base.clone()
+    })
+}
+
 /// The runtime of one extension process.
 pub struct Manager {
     extension_name: Arc<str>,
+    /// The binary name in every client's User-Agent.
+    agent: String,
     options: RuntimeOptions,
     plan: Plan,
     client: Client,
@@ -283,6 +299,7 @@ impl Manager {
         let readiness = Readiness::new(options.healthz_cache_sync_timeout);
         Manager {
             extension_name: Arc::from(extension_name),
+            agent: format!("gardener-extension-{extension_name}"),
             options,
             plan,
             client,
@@ -294,8 +311,28 @@ impl Manager {
         }
     }
 
+    /// The client every other client of the process is derived from. It sends no
+    /// User-Agent; prefer [`Manager::client_for`].
     pub fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// Sets the binary name in the User-Agent (default `gardener-extension-<extension name>`,
+    /// Gardener's naming of extension binaries).
+    pub fn set_user_agent_binary(&mut self, binary: &str) {
+        self.agent = binary.to_string();
+    }
+
+    /// The User-Agent of `component` (a controller, `leader-election`, `cache`):
+    /// `<binary>/<version> (<component>)`.
+    pub fn user_agent(&self, component: &str) -> String {
+        user_agent::user_agent(&self.agent, component)
+    }
+
+    /// A client that names `component` in its User-Agent and shares the connections of
+    /// every other client of the process.
+    pub fn client_for(&self, component: &str) -> Client {
+        client_with_agent(&self.client, &self.user_agent(component))
     }
 
     pub fn metrics(&self) -> &ReconcileMetrics {
@@ -385,6 +422,7 @@ impl Manager {
     ) -> Result<(), RuntimeError> {
         let Manager {
             extension_name,
+            agent,
             options,
             plan,
             client,
@@ -410,7 +448,7 @@ impl Manager {
         let context = |name: &'static str| ControllerContext {
             name,
             extension_name: extension_name.clone(),
-            client: client.clone(),
+            client: client_with_agent(&client, &user_agent::user_agent(&agent, name)),
             metrics: metrics.clone(),
             readiness: readiness.clone(),
             leader: leader_rx.clone(),
@@ -447,7 +485,10 @@ impl Manager {
         let (mut leader_task, idle_leader_tx) = match plan.leader_election.clone() {
             Some(config) => {
                 let election = leader::run(
-                    client.clone(),
+                    client_with_agent(
+                        &client,
+                        &user_agent::user_agent(&agent, LEADER_ELECTION_COMPONENT),
+                    ),
                     config,
                     leader_tx,
                     stop_leader.clone(),

@@ -1,6 +1,9 @@
 //! In-memory caches of the resources the controllers read, kept current by watches, so that a
 //! reconcile reads from memory instead of sending a GET or LIST.
 //!
+//! Start-up lists are paged ([`LIST_PAGE_SIZE`]): the peak memory of a start-up is one page,
+//! not one list of every object of the seed.
+//!
 //! Every cache trims what no controller reads (managed fields, large embedded objects) before
 //! it stores an object: a seed holds one Cluster per shoot, and each embeds a CloudProfile that
 //! can be hundreds of kilobytes.
@@ -19,7 +22,15 @@ use serde::de::DeserializeOwned;
 use tokio::sync::broadcast;
 use tokio::task::AbortHandle;
 
-use super::api::{Cluster, ManagedResource, SHOOT_ROLE_LABEL, SHOOT_ROLE_VALUE};
+use super::api::{Cluster, Extension, ManagedResource, SHOOT_ROLE_LABEL, SHOOT_ROLE_VALUE};
+
+mod extensions;
+
+pub use extensions::{ExtensionCache, ExtensionEvent};
+
+/// Objects per page of a start-up list (client-go's default is 500). A page of Clusters
+/// embedding large CloudProfiles is several megabytes before it is trimmed.
+pub const LIST_PAGE_SIZE: u32 = 50;
 
 /// How many change notifications a slow subscriber may fall behind before it is told it lagged
 /// (and should then treat everything as changed).
@@ -153,16 +164,41 @@ pub fn trim_managed_fields<K: Resource>(obj: &mut K) {
     obj.meta_mut().managed_fields = None;
 }
 
-/// Keeps only the Shoot of a Cluster: extensions never read the embedded CloudProfile or Seed.
+/// Keeps of a shoot namespace only what says it is one: its name and the role label.
+pub fn trim_namespace(namespace: &mut PartialObjectMeta<Namespace>) {
+    let role = namespace
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(SHOOT_ROLE_LABEL))
+        .cloned();
+    namespace.metadata = kube::api::ObjectMeta {
+        name: namespace.metadata.name.take(),
+        resource_version: namespace.metadata.resource_version.take(),
+        labels: role.map(|r| [(SHOOT_ROLE_LABEL.to_string(), r)].into()),
+        ..Default::default()
+    };
+}
+
+/// Keeps only the decoded Shoot of a Cluster ([`Cluster::keep_only_shoot_view`]): extensions
+/// never read the embedded CloudProfile or Seed, and a whole Shoot per shoot of the seed would
+/// be most of the process's memory.
 pub fn trim_cluster(cluster: &mut Cluster) {
     trim_managed_fields(cluster);
-    cluster.spec.cloud_profile = serde_json::Value::Null;
-    cluster.spec.seed = None;
+    cluster.keep_only_shoot_view();
+}
+
+/// A watch configuration with the paged start-up list.
+pub fn watch_config() -> watcher::Config {
+    watcher::Config::default().page_size(LIST_PAGE_SIZE)
 }
 
 /// The caches every controller of an extension shares.
 #[derive(Clone)]
 pub struct SharedCaches {
+    /// The Extensions (of every type: each controller filters), for the lifecycle and the
+    /// health-check controller alike.
+    pub extensions: ExtensionCache,
     /// All Clusters (one per shoot), trimmed to the Shoot.
     pub clusters: Cache<Cluster>,
     /// Metadata of the shoot namespaces (`gardener.cloud/role=shoot`). A namespace absent here
@@ -174,23 +210,39 @@ pub struct SharedCaches {
 
 impl SharedCaches {
     /// Starts the watches. `origin` is the value of the `origin` label on this extension's
-    /// ManagedResources.
+    /// ManagedResources; the Extension cache holds every type.
     pub fn spawn(client: &Client, origin: &str) -> SharedCaches {
+        SharedCaches::spawn_in(client, origin, None, None)
+    }
+
+    /// Like [`SharedCaches::spawn`], with the Extensions of one type only (what an extension's
+    /// controllers read), and of one namespace only (tests, deployments limited to one
+    /// namespace).
+    pub fn spawn_in(
+        client: &Client,
+        origin: &str,
+        extension_type: Option<&str>,
+        extension_namespace: Option<&str>,
+    ) -> SharedCaches {
+        let extensions: Api<Extension> = match extension_namespace {
+            Some(namespace) => Api::namespaced(client.clone(), namespace),
+            None => Api::all(client.clone()),
+        };
         SharedCaches {
-            clusters: Cache::spawn(
-                Api::all(client.clone()),
-                watcher::Config::default(),
-                trim_cluster,
+            extensions: ExtensionCache::spawn(
+                extensions,
+                watch_config(),
+                extension_type.map(String::from),
             ),
+            clusters: Cache::spawn(Api::all(client.clone()), watch_config(), trim_cluster),
             shoot_namespaces: Cache::spawn(
                 Api::all(client.clone()),
-                watcher::Config::default()
-                    .labels(&format!("{SHOOT_ROLE_LABEL}={SHOOT_ROLE_VALUE}")),
-                trim_managed_fields,
+                watch_config().labels(&format!("{SHOOT_ROLE_LABEL}={SHOOT_ROLE_VALUE}")),
+                trim_namespace,
             ),
             managed_resources: Cache::spawn(
                 Api::all(client.clone()),
-                watcher::Config::default().labels(&format!("origin={origin}")),
+                watch_config().labels(&format!("origin={origin}")),
                 trim_managed_fields,
             ),
         }
@@ -198,6 +250,7 @@ impl SharedCaches {
 
     /// Waits until every cache holds its first complete list.
     pub async fn wait_until_ready(&self) {
+        self.extensions.wait_until_ready().await;
         self.clusters.wait_until_ready().await;
         self.shoot_namespaces.wait_until_ready().await;
         self.managed_resources.wait_until_ready().await;
@@ -223,5 +276,56 @@ impl SharedCaches {
         self.managed_resources
             .store()
             .get(&ObjectRef::new(name).within(namespace))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gardener::api::ClusterSpec;
+
+    #[test]
+    fn a_trimmed_cluster_keeps_only_the_typed_shoot() {
+        let shoot = serde_json::json!({
+            "apiVersion": "core.gardener.cloud/v1beta1",
+            "kind": "Shoot",
+            "metadata": {"name": "s", "namespace": "garden-p", "uid": "u", "labels": {"a": "b"}},
+            "spec": {
+                "hibernation": {"enabled": true},
+                "kubernetes": {"version": "1.33.2", "kubeAPIServer": {"x": 1}},
+                "provider": {"type": "local", "workers": [{"name": "a", "maximum": 3}]},
+                "networking": {"type": "calico"}
+            },
+            "status": {"isHibernated": true, "technicalID": "shoot--p--s", "conditions": [{}],
+                       "lastOperation": {"type": "Reconcile", "state": "Failed", "progress": 10,
+                                         "description": "d", "lastUpdateTime": "2026-01-01T00:00:00Z"}}
+        });
+        let mut cluster = Cluster::new(
+            "shoot--p--s",
+            ClusterSpec {
+                cloud_profile: serde_json::json!({"kind": "CloudProfile"}),
+                seed: Some(serde_json::json!({"kind": "Seed"})),
+                shoot,
+                shoot_view: None,
+            },
+        );
+        let before = cluster.shoot().expect("decodes");
+        trim_cluster(&mut cluster);
+        assert_eq!(cluster.shoot().expect("decodes"), before);
+        assert!(cluster.spec.shoot.is_null(), "only the typed view is kept");
+        assert!(cluster.spec.cloud_profile.is_null() && cluster.spec.seed.is_none());
+
+        let mut broken = Cluster::new(
+            "x",
+            ClusterSpec {
+                shoot: serde_json::json!({"spec": {"provider": {"workers": "nope"}}}),
+                ..ClusterSpec::default()
+            },
+        );
+        trim_cluster(&mut broken);
+        assert!(broken.shoot().is_err(), "the error stays to be reported");
+        let mut empty = Cluster::new("y", ClusterSpec::default());
+        trim_cluster(&mut empty);
+        assert_eq!(empty.shoot().expect("no Shoot"), None);
     }
 }
