@@ -15,7 +15,9 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     for entry in entries {
-        let path = entry.unwrap_or_else(|e| panic!("{}: {e}", dir.display())).path();
+        let path = entry
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .path();
         if path.is_dir() {
             rust_files(&path, out);
         } else if path.extension().is_some_and(|e| e == "rs") {
@@ -90,6 +92,9 @@ fn modules_depend_in_one_direction() {
 #[test]
 fn a_forbidden_path_is_found() {
     let text = "use crate::shim::config;\n// crate::shim in a comment\nuse crate::shim_x;\n/// [`crate::installer`]\n";
-    assert_eq!(violations(text, "shim"), [(1, "use crate::shim::config;".to_string())]);
+    assert_eq!(
+        violations(text, "shim"),
+        [(1, "use crate::shim::config;".to_string())]
+    );
     assert_eq!(violations(text, "installer").len(), 1);
 }
