@@ -135,12 +135,16 @@ async fn grant(seed: &Client, ns: &str) -> Client {
         .expect("create RoleBinding");
     let env = support::Env::load();
     let client = support::client_from(&env.seed_controller_kubeconfig).await;
-    let probe: Api<Secret> = Api::all(client.clone());
+    // One request through each binding: the ClusterRole's namespace list, the Role's read of
+    // a Secret (absent: allowed is a 404, not a 403).
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
     poll::until("the RBAC to take effect", poll::DEFAULT_TIMEOUT, || async {
-        probe
+        namespaces
             .list_metadata(&kube::api::ListParams::default().limit(1))
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        secrets.get_opt("rbac-probe").await.map_err(|e| e.to_string())
     })
     .await;
     client
