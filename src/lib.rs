@@ -15,3 +15,6 @@ pub mod desired_shims;
 pub mod gardener;
 pub mod installer;
 pub mod shim;
+
+#[cfg(test)]
+mod contract_refs;
