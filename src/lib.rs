@@ -19,4 +19,6 @@ pub mod shim;
 pub mod user_agent;
 
 #[cfg(test)]
+mod contract_refs;
+#[cfg(test)]
 mod module_boundaries;
