@@ -5,6 +5,9 @@
 //! A benchmark, not a test: it prints figures and asserts nothing about time. The figures and
 //! the machine they came from are recorded in docs/performance.md.
 
+// Tests and benchmarks fail by panicking: unwrap and expect are how they say so.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "../support/mod.rs"]
 mod support;
 

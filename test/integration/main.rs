@@ -1,6 +1,9 @@
 //! Integration tests against the embedded control plane (`hack/control-plane.sh`) and the
 //! real containerd binaries. `make test` starts everything they need.
 
+// Tests and benchmarks fail by panicking: unwrap and expect are how they say so.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "../support/mod.rs"]
 mod support;
 

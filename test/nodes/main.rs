@@ -7,6 +7,9 @@
 //! `make test` starts that control plane and runs these tests one at a time (they share the
 //! nodes). Each test starts from clean nodes and leaves them clean.
 
+// Tests and benchmarks fail by panicking: unwrap and expect are how they say so.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "../support/mod.rs"]
 mod support;
 

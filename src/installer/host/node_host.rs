@@ -111,6 +111,8 @@ impl NodeHost {
             .stderr(Stdio::piped());
         // SAFETY: the closure runs in the forked child before exec and only performs one raw
         // setns(2) system call on a descriptor opened before the fork; it allocates nothing.
+        // The crate's only unsafe code (`unsafe_code` is denied everywhere else).
+        #[allow(unsafe_code)]
         unsafe {
             command.pre_exec(move || {
                 rustix::thread::move_into_link_name_space(

@@ -27,6 +27,9 @@
 //! `FLEET_IDLE_AT`, `FLEET_IDLE_SECONDS`, `FLEET_OUT_DIR` (default `.local/bench`),
 //! `FLEET_EXTRA_ARGS` (more flags for the controller, for experiments).
 
+// Tests and benchmarks fail by panicking: unwrap and expect are how they say so.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "../../support/mod.rs"]
 mod support;
 
