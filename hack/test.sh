@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # `make test`: everything on a fresh machine. Builds the tools that are missing, checks
-# formatting and lints, runs the unit tests, then the integration tests with the embedded
-# control plane up, then the end-to-end tests of the controller binary on a second, fresh
-# control plane (the binary reconciles every Extension it can see), then the tests on real
-# nodes on a third one that has two nodes.
+# formatting and lints, runs the unit tests and the command blocks of the docs, then the
+# integration tests with the embedded control plane up, then the end-to-end tests of the
+# controller binary on a second, fresh control plane (the binary reconciles every Extension it
+# can see), then the tests on real nodes on a third one that has two nodes.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -27,6 +27,9 @@ cargo test --locked --all-targets --no-run
 
 step "unit tests"
 cargo test --locked --lib --bins
+
+step "documentation commands (no control plane)"
+cargo test --locked --test docs
 
 step "integration tests (embedded control plane)"
 hack/control-plane.sh run --dir "$repo/.local/test-control-plane" -- \

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use gardener_extension_containerd_shim::gardener::runtime::{self, Manager, RuntimeOptions};
 use gardener_extension_containerd_shim::shim::controllers::{
-    self, CONTROLLERS, ControllerOptions, EXTENSION_NAME, SetupError, ShimOptions,
+    self, CONTROLLERS, CatalogOptions, ControllerOptions, EXTENSION_NAME, SetupError,
 };
 use gardener_extension_containerd_shim::shim::offline;
 
@@ -27,8 +27,8 @@ enum Command {
     /// Run the controller in the seed: leader election, heartbeat, health and metrics
     /// endpoints, the Extension controller and the health-check controller.
     Run(Box<RunArgs>),
-    /// Print the shoot bundle an Extension would produce, without a cluster. Invalid input
-    /// fails with the error the controller would report.
+    /// Print the shoot bundle an Extension or a bare providerConfig would produce, without a
+    /// cluster. Invalid input fails with the error the controller would report.
     Render(RenderArgs),
 }
 
@@ -40,18 +40,21 @@ struct RunArgs {
     controllers: ControllerOptions,
 }
 
+/// Only what decides the bundle: the input, the Shoot, and the catalog and custom-shim rules
+/// the controller would apply; none of the controller's runtime flags.
 #[derive(Debug, clap::Args)]
 struct RenderArgs {
-    /// The Extension manifest (YAML).
-    #[arg(short = 'f', long = "file", value_name = "EXTENSION")]
-    extension: PathBuf,
+    /// The input (YAML): an Extension manifest, or a bare providerConfig (`kind:
+    /// ContainerdShimConfig`, as in example/provider-config/), told apart by `kind`.
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    input: PathBuf,
     /// The Cluster manifest whose Shoot provides worker pools and the Kubernetes version.
-    /// Without it, a Shoot with one containerd pool `worker` (and every pool the providerConfig
-    /// names) is assumed.
+    /// Without it, a Shoot is assumed: Kubernetes 1.33, one containerd pool `worker` and every
+    /// pool the providerConfig names, all amd64.
     #[arg(long, value_name = "CLUSTER")]
     cluster: Option<PathBuf>,
     #[command(flatten)]
-    shim: ShimOptions,
+    catalog: CatalogOptions,
 }
 
 fn main() -> ExitCode {
@@ -62,14 +65,14 @@ fn main() -> ExitCode {
 }
 
 fn render(args: RenderArgs) -> ExitCode {
-    let (catalog, images) = match controllers::load_catalog_and_images(&args.shim) {
+    let (catalog, images) = match controllers::load_catalog_and_images(&args.catalog) {
         Ok(loaded) => loaded,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::FAILURE;
         }
     };
-    match offline::render_files(&args.extension, args.cluster.as_deref(), &catalog, &images) {
+    match offline::render_files(&args.input, args.cluster.as_deref(), &catalog, &images) {
         Ok(yaml) => {
             print!("{yaml}");
             ExitCode::SUCCESS

@@ -25,6 +25,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use self::constraint::{Constraint, normalize};
+use crate::gardener::decode::{PathStyle, yaml_typed};
 
 /// The environment variable naming the operator's override file.
 pub const OVERRIDE_ENV: &str = "IMAGEVECTOR_OVERWRITE";
@@ -109,7 +110,7 @@ pub enum ImageVectorError {
     },
     #[error("image vector {origin} is larger than {MAX_FILE_BYTES} bytes")]
     TooLarge { origin: String },
-    #[error("image vector {origin} is not valid YAML: {message}")]
+    #[error("image vector {origin} is not valid: {message}")]
     Parse { origin: String, message: String },
     #[error("image vector {origin} is not valid:\n- {}", .problems.join("\n- "))]
     Invalid {
@@ -133,9 +134,9 @@ impl ImageVector {
         let vector: ImageVector = if text.trim().is_empty() {
             ImageVector::default()
         } else {
-            serde_saphyr::from_str(text).map_err(|e| ImageVectorError::Parse {
+            yaml_typed(text, &PathStyle::MANIFEST).map_err(|problem| ImageVectorError::Parse {
                 origin: origin.to_owned(),
-                message: e.to_string(),
+                message: problem.to_string(),
             })?
         };
         let problems = vector.problems();
@@ -494,6 +495,29 @@ images:
             ImageVector::from_yaml("test", "images: [").unwrap_err(),
             ImageVectorError::Parse { .. }
         ));
+    }
+
+    #[test]
+    fn decoding_errors_name_the_field_and_the_line() {
+        let message = |text: &str| {
+            ImageVector::from_yaml("o.yaml", text)
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            message("images:\n  - name: a\n    tag: [v1]\n"),
+            "image vector o.yaml is not valid: images[0].tag: expected a single value, got a list \
+             or an object (line 3)"
+        );
+        assert_eq!(
+            message("images:\n  - name: a\n    name: b\n"),
+            "image vector o.yaml is not valid: images[0]: key \"name\" appears twice (again at \
+             line 3)"
+        );
+        assert_eq!(
+            message("images:\n  - repository: a\n"),
+            "image vector o.yaml is not valid: images[0].name: is required but missing (line 2)"
+        );
     }
 
     #[test]

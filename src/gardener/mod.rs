@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod cache;
+pub mod decode;
 pub mod error_codes;
 pub mod extension;
 pub mod healthcheck;

@@ -48,14 +48,22 @@ pub const SYSTEM_COMPONENTS_HEALTHY: &str = "SystemComponentsHealthy";
 /// Flags specific to this extension.
 #[derive(Clone, Debug, clap::Args)]
 pub struct ShimOptions {
-    /// A catalog overlay (YAML) that adds shims to the built-in catalog or overrides them.
-    #[arg(long, env = "SHIM_CATALOG_OVERLAY", value_name = "PATH")]
-    pub shim_catalog_overlay: Option<PathBuf>,
+    #[command(flatten)]
+    pub catalog: CatalogOptions,
 
     /// How long deleting the extension waits for every node to uninstall before it removes the
     /// installer anyway.
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
     pub uninstall_timeout: Duration,
+}
+
+/// What this installation offers shoot owners: the catalog with the operator's overlay, and
+/// the rules for custom shims. The controller and the offline renderer both take these flags.
+#[derive(Clone, Debug, clap::Args)]
+pub struct CatalogOptions {
+    /// A catalog overlay (YAML) that adds shims to the built-in catalog or overrides them.
+    #[arg(long, env = "SHIM_CATALOG_OVERLAY", value_name = "PATH")]
+    pub shim_catalog_overlay: Option<PathBuf>,
 
     /// Whether shoot owners may define custom shims (binaries from a URL or an image of their
     /// choosing) besides the catalog's.
@@ -71,6 +79,18 @@ pub struct ShimOptions {
     /// may take files from, comma-separated. Unset: any registry.
     #[arg(long, value_name = "REGISTRIES", value_delimiter = ',')]
     pub custom_shim_image_registries: Vec<String>,
+}
+
+/// The flags' defaults: the built-in catalog, custom shims from anywhere.
+impl Default for CatalogOptions {
+    fn default() -> Self {
+        CatalogOptions {
+            shim_catalog_overlay: None,
+            allow_custom_shims: true,
+            custom_shim_download_hosts: Vec::new(),
+            custom_shim_image_registries: Vec::new(),
+        }
+    }
 }
 
 /// Everything the controllers of this extension are configured with.
@@ -105,13 +125,13 @@ pub enum SetupError {
 /// (with `IMAGEVECTOR_OVERWRITE`) and checks that every catalog image resolves; shared by the
 /// controller and the offline renderer.
 pub fn load_catalog_and_images(
-    shim: &ShimOptions,
+    options: &CatalogOptions,
 ) -> Result<(Catalog, crate::gardener::imagevector::ImageVector), SetupError> {
-    let mut catalog = Catalog::load(shim.shim_catalog_overlay.as_deref())?;
+    let mut catalog = Catalog::load(options.shim_catalog_overlay.as_deref())?;
     catalog.custom_shims = CustomShimPolicy::new(
-        shim.allow_custom_shims,
-        &shim.custom_shim_download_hosts,
-        &shim.custom_shim_image_registries,
+        options.allow_custom_shims,
+        &options.custom_shim_download_hosts,
+        &options.custom_shim_image_registries,
     )?;
     let images = images::image_vector()?;
     images::check_catalog_images(&images, &catalog).map_err(SetupError::CatalogImages)?;
@@ -127,7 +147,7 @@ pub fn add_controllers(
         .extension
         .to_config(EXTENSION_TYPE)
         .map_err(SetupError::Flag)?;
-    let (catalog, images) = load_catalog_and_images(&options.shim)?;
+    let (catalog, images) = load_catalog_and_images(&options.shim.catalog)?;
     // One set of caches (one watch per kind) for both controllers; started on every replica so
     // stand-bys are Ready.
     let caches = SharedCaches::spawn_in(

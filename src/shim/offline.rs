@@ -1,17 +1,36 @@
 //! The offline renderer: the shoot bundle an Extension would produce, without a cluster.
 //! Invalid input fails with the same text and codes the controller writes into `lastError`.
+//!
+//! The input is told apart by its `kind`: an `Extension` manifest as gardenlet writes it, or a
+//! bare providerConfig (`kind: ContainerdShimConfig`) as the shoot owner writes it into the
+//! Shoot, which is rendered as the providerConfig of an Extension of this type.
 
 use std::path::Path;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
-use crate::gardener::api::{Cluster, ErrorCode, Extension, Shoot};
+use crate::gardener::api::{Cluster, ErrorCode, Extension, ExtensionSpec, Shoot};
+use crate::gardener::decode::{PathStyle, Problem, describe, quote, value_typed, yaml_value};
 use crate::gardener::error_codes::CodedError;
 use crate::gardener::extension::status::{descriptions, format_error_description};
 use crate::gardener::imagevector::ImageVector;
 use crate::shim::actuator::ShimError;
-use crate::shim::config::{self, Catalog, desired, images};
+use crate::shim::config::{self, Catalog, decode, desired, images};
+use crate::shim::controllers::EXTENSION_TYPE;
 use crate::shim::render::{self, BundleInput};
+
+/// `apiVersion` of Gardener's Extension and Cluster resources.
+pub const EXTENSIONS_API_VERSION: &str = "extensions.gardener.cloud/v1alpha1";
+
+/// What `render -f` takes, for messages.
+const INPUT_KINDS: &str = "Extension or ContainerdShimConfig";
+
+/// Paths in an Extension or a Cluster, from the top of the manifest; the providerConfig's maps
+/// are written as validation writes them.
+const MANIFEST_PATHS: PathStyle<'static> = PathStyle {
+    root: "",
+    map_fields: &["labels", "annotations", "options", "nodeSelector"],
+};
 
 /// Why rendering failed.
 #[derive(Debug, thiserror::Error)]
@@ -51,19 +70,201 @@ fn codes_suffix(codes: &[ErrorCode]) -> String {
     }
 }
 
-fn read_yaml<T: serde::de::DeserializeOwned>(
-    path: &Path,
-    kind: &'static str,
-) -> Result<T, OfflineError> {
-    let text = std::fs::read_to_string(path).map_err(|source| OfflineError::Read {
+fn read(path: &Path) -> Result<String, OfflineError> {
+    std::fs::read_to_string(path).map_err(|source| OfflineError::Read {
         path: path.display().to_string(),
         source,
-    })?;
-    crate::gardener::api::from_yaml(&text).map_err(|message| OfflineError::Decode {
+    })
+}
+
+fn invalid(path: &Path, kind: &'static str, message: impl ToString) -> OfflineError {
+    OfflineError::Decode {
         path: path.display().to_string(),
         kind,
-        message,
-    })
+        message: message.to_string(),
+    }
+}
+
+/// The `kind` of a document, read leniently (a key given twice: the last one) so that a
+/// problem in the strict reading can be reported in the paths of the document it is in.
+fn lenient_kind(text: &str) -> Option<String> {
+    let options = serde_saphyr::options! {
+        duplicate_keys: serde_saphyr::DuplicateKeyPolicy::LastWins,
+    };
+    let value: Value = serde_saphyr::from_str_with_options(text, options).ok()?;
+    value.get("kind")?.as_str().map(str::to_owned)
+}
+
+/// Whether a manifest of `kind` has the one `apiVersion` this extension reads it in.
+fn check_api_version(value: &Value, api_version: &str, kind: &str) -> Result<(), Problem> {
+    let problem = |path: &str, detail: String| Problem {
+        path: path.to_owned(),
+        detail,
+    };
+    match value.get("apiVersion") {
+        Some(Value::String(v)) if v == api_version => Ok(()),
+        Some(Value::String(v)) => Err(problem(
+            "apiVersion",
+            format!(
+                "{} is not supported for kind {kind}; use {}",
+                quote(v),
+                quote(api_version)
+            ),
+        )),
+        Some(other) => Err(problem(
+            "apiVersion",
+            format!(
+                "expected the string {}, got {}",
+                quote(api_version),
+                describe(other)
+            ),
+        )),
+        None => Err(problem(
+            "apiVersion",
+            format!("is missing; set it to {}", quote(api_version)),
+        )),
+    }
+}
+
+/// The Extension that `render -f` was given: the manifest itself, or one carrying the bare
+/// providerConfig in the file.
+fn read_input(path: &Path) -> Result<Extension, OfflineError> {
+    let text = read(path)?;
+    let value = yaml_value(&text, &MANIFEST_PATHS).map_err(|problem| {
+        match lenient_kind(&text).as_deref() {
+            Some(config::KIND) => {
+                let problem = yaml_value(&text, &decode::PATHS).err().unwrap_or(problem);
+                invalid(path, "ContainerdShimConfig", problem)
+            }
+            Some("Extension") => invalid(path, "Extension", problem),
+            _ => invalid(path, INPUT_KINDS, problem),
+        }
+    })?;
+    let kind = match &value {
+        Value::Object(map) => map.get("kind"),
+        Value::Null => {
+            return Err(invalid(
+                path,
+                INPUT_KINDS,
+                "the file is empty; give an Extension manifest or a providerConfig",
+            ));
+        }
+        other => {
+            return Err(invalid(
+                path,
+                INPUT_KINDS,
+                format!("expected an object with a kind, got {}", describe(other)),
+            ));
+        }
+    };
+    let allowed = format!(
+        "-f takes an Extension ({EXTENSIONS_API_VERSION}) or a {} ({})",
+        config::KIND,
+        config::API_VERSION
+    );
+    match kind {
+        Some(Value::String(kind)) if kind == "Extension" => extension(path, &value),
+        // apiVersion is checked with the rest of the providerConfig, in the controller's words.
+        Some(Value::String(kind)) if kind == config::KIND => Ok(Extension::new(
+            EXTENSION_TYPE,
+            ExtensionSpec {
+                type_: EXTENSION_TYPE.to_owned(),
+                class: None,
+                provider_config: Some(value),
+                provider_config_error: None,
+            },
+        )),
+        Some(Value::String(kind)) if kind == "Cluster" => Err(invalid(
+            path,
+            INPUT_KINDS,
+            format!("kind: \"Cluster\" belongs to --cluster; {allowed}"),
+        )),
+        Some(Value::String(kind)) => Err(invalid(
+            path,
+            INPUT_KINDS,
+            format!("kind: {} is not supported; {allowed}", quote(kind)),
+        )),
+        Some(other) => Err(invalid(
+            path,
+            INPUT_KINDS,
+            format!(
+                "kind: expected a string, got {}; {allowed}",
+                describe(other)
+            ),
+        )),
+        None => Err(invalid(
+            path,
+            INPUT_KINDS,
+            format!("kind: is missing; {allowed}"),
+        )),
+    }
+}
+
+fn extension(path: &Path, value: &Value) -> Result<Extension, OfflineError> {
+    check_api_version(value, EXTENSIONS_API_VERSION, "Extension")
+        .map_err(|problem| invalid(path, "Extension", problem))?;
+    let ext: Extension = value_typed(value, &MANIFEST_PATHS)
+        .map_err(|problem| invalid(path, "Extension", problem))?;
+    if ext.spec.type_ != EXTENSION_TYPE {
+        // The controller would never pick it up.
+        return Err(invalid(
+            path,
+            "Extension",
+            format!(
+                "spec.type: {} is not handled by this extension; use {}",
+                quote(&ext.spec.type_),
+                quote(EXTENSION_TYPE)
+            ),
+        ));
+    }
+    Ok(ext)
+}
+
+/// The Shoot embedded in the Cluster manifest at `path`; `None` when it embeds none.
+fn read_shoot(path: &Path) -> Result<Option<Shoot>, OfflineError> {
+    let text = read(path)?;
+    let value =
+        yaml_value(&text, &MANIFEST_PATHS).map_err(|problem| invalid(path, "Cluster", problem))?;
+    match value.get("kind") {
+        Some(Value::String(kind)) if kind == "Cluster" => {}
+        Some(other) => {
+            let given = match other {
+                Value::String(kind) => quote(kind),
+                other => describe(other),
+            };
+            return Err(invalid(
+                path,
+                "Cluster",
+                format!(
+                    "kind: {given} is not supported; --cluster takes a Cluster ({EXTENSIONS_API_VERSION})"
+                ),
+            ));
+        }
+        None => {
+            return Err(invalid(
+                path,
+                "Cluster",
+                format!("kind: is missing; --cluster takes a Cluster ({EXTENSIONS_API_VERSION})"),
+            ));
+        }
+    }
+    check_api_version(&value, EXTENSIONS_API_VERSION, "Cluster")
+        .map_err(|problem| invalid(path, "Cluster", problem))?;
+    let cluster: Cluster = value_typed(&value, &MANIFEST_PATHS)
+        .map_err(|problem| invalid(path, "Cluster", problem))?;
+    match &cluster.spec.shoot {
+        Value::Null => Ok(None),
+        Value::Object(map) if map.is_empty() => Ok(None),
+        shoot => {
+            let paths = PathStyle {
+                root: "spec.shoot",
+                ..MANIFEST_PATHS
+            };
+            value_typed(shoot, &paths)
+                .map(Some)
+                .map_err(|problem| invalid(path, "Cluster", problem))
+        }
+    }
 }
 
 /// The Shoot assumed without a Cluster: one containerd pool `worker`, plus every pool the
@@ -103,29 +304,20 @@ fn assumed_shoot(ext: &Extension) -> Shoot {
     .unwrap_or_default()
 }
 
-/// Renders the bundle of `extension_file` (an Extension manifest) for the Shoot embedded in
-/// `cluster_file`, or an assumed one. Returns the manifests as a YAML stream.
+/// Renders the bundle of `input_file` (an Extension manifest or a bare providerConfig) for the
+/// Shoot embedded in `cluster_file`, or an assumed one. Returns the manifests as a YAML stream.
 pub fn render_files(
-    extension_file: &Path,
+    input_file: &Path,
     cluster_file: Option<&Path>,
     catalog: &Catalog,
     images: &ImageVector,
 ) -> Result<String, OfflineError> {
-    let ext: Extension = read_yaml(extension_file, "Extension")?;
+    let ext = read_input(input_file)?;
     let shoot = match cluster_file {
-        Some(path) => {
-            let cluster: Cluster = read_yaml(path, "Cluster")?;
-            cluster
-                .shoot()
-                .map_err(|e| OfflineError::Decode {
-                    path: path.display().to_string(),
-                    kind: "Cluster",
-                    message: e.to_string(),
-                })?
-                .unwrap_or_else(|| assumed_shoot(&ext))
-        }
-        None => assumed_shoot(&ext),
-    };
+        Some(path) => read_shoot(path)?,
+        None => None,
+    }
+    .unwrap_or_else(|| assumed_shoot(&ext));
     render_extension(&ext, &shoot, catalog, images)
 }
 
@@ -164,4 +356,235 @@ pub fn render_extension(
         out.push_str(&yaml);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Phrases of serde and serde-saphyr that tell the author nothing they can act on.
+    const LIBRARY_WORDING: &[&str] = &[
+        "untagged enum",
+        "DuplicateKeyPolicy",
+        "from_str_multiple",
+        "invalid type:",
+        "invalid value:",
+        "unknown field `",
+        "unknown variant `",
+        "missing field `",
+        "-->",
+    ];
+
+    const CONFIG_HEADER: &str = "apiVersion: containerd-shim.extensions.gardener.cloud/v1alpha1\nkind: ContainerdShimConfig\n";
+    const EXTENSION_HEADER: &str = "apiVersion: extensions.gardener.cloud/v1alpha1\nkind: Extension\nmetadata: {name: containerd-shim, namespace: shoot--p--s}\n";
+
+    fn fixtures() -> (Catalog, ImageVector) {
+        (
+            Catalog::builtin().expect("built-in catalog"),
+            images::embedded().expect("embedded image vector"),
+        )
+    }
+
+    /// `render -f <input> [--cluster <cluster>]` on files with this content.
+    fn render(input: &str, cluster: Option<&str>) -> Result<String, String> {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let input_file = dir.path().join("input.yaml");
+        std::fs::write(&input_file, input).expect("write the input");
+        let cluster_file = cluster.map(|text| {
+            let path = dir.path().join("cluster.yaml");
+            std::fs::write(&path, text).expect("write the cluster");
+            path
+        });
+        let (catalog, images) = fixtures();
+        render_files(&input_file, cluster_file.as_deref(), &catalog, &images).map_err(|e| {
+            let text = e
+                .to_string()
+                .replace(&dir.path().display().to_string(), "DIR");
+            for phrase in LIBRARY_WORDING {
+                assert!(
+                    !text.contains(phrase),
+                    "library wording {phrase:?} in: {text}"
+                );
+            }
+            text
+        })
+    }
+
+    #[test]
+    fn a_bare_provider_config_renders_for_the_assumed_shoot() {
+        let yaml = render(
+            &format!("{CONFIG_HEADER}shims:\n  - name: gvisor\n    workerPools: [sandboxed]\n"),
+            None,
+        )
+        .expect("renders");
+        assert!(
+            yaml.contains("name: containerd-shim-installer-sandboxed"),
+            "{yaml}"
+        );
+        assert!(yaml.contains("handler: runsc"), "{yaml}");
+        let objects: Vec<Value> = serde_saphyr::from_multiple(&yaml).expect("a YAML stream");
+        assert!(
+            objects
+                .iter()
+                .any(|o| o["kind"] == "RuntimeClass" && o["metadata"]["name"] == "gvisor"),
+            "{yaml}"
+        );
+    }
+
+    #[test]
+    fn the_input_is_told_apart_by_kind_and_a_wrong_one_is_named() {
+        let extension = format!(
+            "{EXTENSION_HEADER}spec:\n  type: containerd-shim\n  providerConfig:\n    {}shims: [{{name: wasmtime}}]\n",
+            CONFIG_HEADER.replace('\n', "\n    ")
+        );
+        let yaml = render(&extension, None).expect("renders");
+        assert!(yaml.contains("handler: wasmtime"), "{yaml}");
+
+        let allowed = "-f takes an Extension (extensions.gardener.cloud/v1alpha1) or a \
+                       ContainerdShimConfig (containerd-shim.extensions.gardener.cloud/v1alpha1)";
+        assert_eq!(
+            render("apiVersion: v1\nkind: ConfigMap\n", None).unwrap_err(),
+            format!(
+                "DIR/input.yaml is not a valid Extension or ContainerdShimConfig: kind: \
+                 \"ConfigMap\" is not supported; {allowed}"
+            )
+        );
+        assert_eq!(
+            render("shims: []\n", None).unwrap_err(),
+            format!(
+                "DIR/input.yaml is not a valid Extension or ContainerdShimConfig: kind: is \
+                 missing; {allowed}"
+            )
+        );
+        assert_eq!(
+            render(
+                "apiVersion: extensions.gardener.cloud/v1alpha1\nkind: Cluster\n",
+                None
+            )
+            .unwrap_err(),
+            format!(
+                "DIR/input.yaml is not a valid Extension or ContainerdShimConfig: kind: \
+                 \"Cluster\" belongs to --cluster; {allowed}"
+            )
+        );
+        assert_eq!(
+            render("", None).unwrap_err(),
+            "DIR/input.yaml is not a valid Extension or ContainerdShimConfig: the file is empty; \
+             give an Extension manifest or a providerConfig"
+        );
+        assert_eq!(
+            render("- a\n", None).unwrap_err(),
+            "DIR/input.yaml is not a valid Extension or ContainerdShimConfig: expected an \
+             object with a kind, got a list"
+        );
+    }
+
+    #[test]
+    fn extension_manifests_are_checked_field_by_field() {
+        let ext = |rest: &str| format!("{EXTENSION_HEADER}{rest}");
+        assert_eq!(
+            render(
+                "apiVersion: extensions.gardener.cloud/v1beta1\nkind: Extension\n",
+                None
+            )
+            .unwrap_err(),
+            "DIR/input.yaml is not a valid Extension: apiVersion: \
+             \"extensions.gardener.cloud/v1beta1\" is not supported for kind Extension; use \
+             \"extensions.gardener.cloud/v1alpha1\""
+        );
+        assert_eq!(
+            render(&ext("spec: {class: shoot}\n"), None).unwrap_err(),
+            "DIR/input.yaml is not a valid Extension: spec.type: is required but missing"
+        );
+        assert_eq!(
+            render(&ext("spec: {type: containerd}\n"), None).unwrap_err(),
+            "DIR/input.yaml is not a valid Extension: spec.type: \"containerd\" is not handled \
+             by this extension; use \"containerd-shim\""
+        );
+        assert_eq!(
+            render(
+                &ext("spec: {type: containerd-shim, class: [shoot]}\n"),
+                None
+            )
+            .unwrap_err(),
+            "DIR/input.yaml is not a valid Extension: spec.class: expected a string, got a list"
+        );
+        assert_eq!(
+            render(
+                &ext("spec:\n  type: containerd-shim\n  providerConfig:\n    shims: []\n    shims: []\n"),
+                None
+            )
+            .unwrap_err(),
+            "DIR/input.yaml is not a valid Extension: spec.providerConfig: key \"shims\" appears \
+             twice (again at line 8)"
+        );
+    }
+
+    #[test]
+    fn provider_config_problems_are_the_controllers_or_name_their_line() {
+        assert_eq!(
+            render(
+                &format!("{CONFIG_HEADER}shims:\n  - name: spin\n    name: wasmtime\n"),
+                None
+            )
+            .unwrap_err(),
+            "DIR/input.yaml is not a valid ContainerdShimConfig: providerConfig.shims[0]: key \
+             \"name\" appears twice (again at line 5)"
+        );
+        assert_eq!(
+            render(
+                &format!(
+                    "{CONFIG_HEADER}shims:\n  - name: spin\n    options: {{SystemdCgroup: [1]}}\n"
+                ),
+                None
+            )
+            .unwrap_err(),
+            "Error reconciling Extension: invalid providerConfig: \
+             providerConfig.shims[0].options[SystemdCgroup]: expected true, false, an integer or \
+             a string, got a list [codes: ERR_CONFIGURATION_PROBLEM]"
+        );
+        assert_eq!(
+            render(
+                "apiVersion: containerd-shim.extensions.gardener.cloud/v2\nkind: ContainerdShimConfig\n",
+                None
+            )
+            .unwrap_err(),
+            "Error reconciling Extension: invalid providerConfig: providerConfig.apiVersion: \
+             \"containerd-shim.extensions.gardener.cloud/v2\" is not supported; use \
+             \"containerd-shim.extensions.gardener.cloud/v1alpha1\" [codes: \
+             ERR_CONFIGURATION_PROBLEM]"
+        );
+    }
+
+    #[test]
+    fn the_cluster_gives_the_shoot_and_a_wrong_one_is_named() {
+        let config = format!("{CONFIG_HEADER}shims:\n  - name: gvisor\n    workerPools: [gpu]\n");
+        let cluster = |shoot: &str| {
+            format!(
+                "apiVersion: extensions.gardener.cloud/v1alpha1\nkind: Cluster\nmetadata: {{name: shoot--p--s}}\nspec:\n  shoot:\n{shoot}"
+            )
+        };
+        let with_pools = cluster(
+            "    spec:\n      kubernetes: {version: 1.33.1}\n      provider:\n        workers:\n          - {name: cpu, cri: {name: containerd}, machine: {architecture: amd64}}\n",
+        );
+        let err = render(&config, Some(&with_pools)).unwrap_err();
+        assert!(
+            err.contains("providerConfig.shims[0].workerPools[0]: \"gpu\" is not a worker pool"),
+            "{err}"
+        );
+        assert_eq!(
+            render(
+                &config,
+                Some(&cluster("    spec:\n      kubernetes: {version: [1]}\n"))
+            )
+            .unwrap_err(),
+            "DIR/cluster.yaml is not a valid Cluster: spec.shoot.spec.kubernetes.version: \
+             expected a string, got a list"
+        );
+        assert_eq!(
+            render(&config, Some(CONFIG_HEADER)).unwrap_err(),
+            "DIR/cluster.yaml is not a valid Cluster: kind: \"ContainerdShimConfig\" is not \
+             supported; --cluster takes a Cluster (extensions.gardener.cloud/v1alpha1)"
+        );
+    }
 }

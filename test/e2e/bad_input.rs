@@ -336,12 +336,12 @@ fn cases() -> Vec<Case> {
         case(
             "unknown top-level field",
             cfg(r#""shimz":[]"#),
-            ConfigProblem("unknown field `shimz`"),
+            ConfigProblem("unknown field \"shimz\""),
         ),
         case(
             "unknown shim field",
             shim(r#"{"name":"spin","hanlder":"x"}"#),
-            ConfigProblem("unknown field `hanlder`"),
+            ConfigProblem("unknown field \"hanlder\""),
         ),
         // Semantics.
         case(

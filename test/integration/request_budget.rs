@@ -144,7 +144,10 @@ async fn grant(seed: &Client, ns: &str) -> Client {
             .list_metadata(&kube::api::ListParams::default().limit(1))
             .await
             .map_err(|e| e.to_string())?;
-        secrets.get_opt("rbac-probe").await.map_err(|e| e.to_string())
+        secrets
+            .get_opt("rbac-probe")
+            .await
+            .map_err(|e| e.to_string())
     })
     .await;
     client

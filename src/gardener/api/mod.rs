@@ -21,8 +21,9 @@ pub use managed_resource::{ManagedResource, ManagedResourceSpec, ManagedResource
 /// Cluster's embedded objects are held as raw JSON, which only serde_json's own deserializers
 /// produce; a YAML deserializer fails on them with "invalid type: newtype struct".
 pub fn from_yaml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
-    let value: serde_json::Value = serde_saphyr::from_str(text).map_err(|e| e.to_string())?;
-    serde_json::from_value(value).map_err(|e| e.to_string())
+    use crate::gardener::decode::{PathStyle, value_typed, yaml_value};
+    let value = yaml_value(text, &PathStyle::MANIFEST).map_err(|p| p.to_string())?;
+    value_typed(&value, &PathStyle::MANIFEST).map_err(|p| p.to_string())
 }
 
 /// Annotation that asks an extension to act (`reconcile`, `migrate`, `restore`, `wait-for-state`).
@@ -79,9 +80,18 @@ mod tests {
     }
 
     #[test]
-    fn decode_errors_say_what_is_wrong() {
-        let err = from_yaml::<Extension>("kind: Extension\nspec: {class: shoot}\n")
-            .expect_err("spec.type is required");
-        assert!(err.contains("type"), "{err}");
+    fn decode_errors_name_the_field_the_value_and_what_is_allowed() {
+        let err =
+            from_yaml::<Extension>("kind: Extension\nmetadata: {name: x}\nspec: {class: shoot}\n")
+                .expect_err("spec.type is required");
+        assert_eq!(err, "spec.type: is required but missing");
+        let err = from_yaml::<Extension>(
+            "kind: Extension\nmetadata: {name: x, namespace: [a]}\nspec: {type: t}\n",
+        )
+        .expect_err("a namespace is a string");
+        assert_eq!(err, "metadata.namespace: expected a string, got a list");
+        let err = from_yaml::<Extension>("kind: Extension\nspec:\n  type: a\n  type: b\n")
+            .expect_err("a key twice");
+        assert_eq!(err, "spec: key \"type\" appears twice (again at line 4)");
     }
 }

@@ -127,8 +127,8 @@ fn cases() -> Vec<Case> {
             provider_config: one(custom(json!({
                 "name": "containerd-shim-foo-v1", "url": {"amd64": {"url": good_url}}
             }))),
-            path: "providerConfig.shims[0].custom.binaries[0].url.amd64",
-            value: "sha256",
+            path: "providerConfig.shims[0].custom.binaries[0].url.amd64.sha256",
+            value: "is required but missing",
         },
         Case {
             name: "malformed sha256",

@@ -25,6 +25,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use super::syntax;
 use super::types::OptionValue;
 use crate::desired_shims::Arch;
+use crate::gardener::decode::{PathStyle, yaml_typed};
 
 /// The command-line flag that names the operator's catalog overlay file.
 pub const OVERLAY_FLAG: &str = "shim-catalog-overlay";
@@ -36,6 +37,12 @@ pub const OVERLAY_ENV: &str = "SHIM_CATALOG_OVERLAY";
 const MAX_OVERLAY_BYTES: usize = 1024 * 1024;
 
 const BUILTIN: &str = include_str!("catalog.yaml");
+
+/// Paths as the catalog's validation writes them: `catalog.shims[spin].versions[v1].image`.
+const PATHS: PathStyle<'static> = PathStyle {
+    root: "catalog",
+    map_fields: &["shims", "versions", "options"],
+};
 
 /// Handlers that belong to the node's own containerd configuration.
 pub const RESERVED_HANDLERS: &[&str] = &["runc", "default"];
@@ -261,9 +268,9 @@ impl Catalog {
                 shims: BTreeMap::new(),
             }
         } else {
-            serde_saphyr::from_str(text).map_err(|e| CatalogError::Parse {
+            yaml_typed(text, &PATHS).map_err(|problem| CatalogError::Parse {
                 origin: origin.to_owned(),
-                message: e.to_string(),
+                message: problem.to_string(),
             })?
         };
         let mut problems = Vec::new();
@@ -755,11 +762,61 @@ shims:
         let err = builtin()
             .with_overlay_yaml("test", "shims:\n  spin:\n    runtimeTyp: x\n")
             .unwrap_err();
-        assert!(err.to_string().contains("runtimeTyp"), "{err}");
+        assert_eq!(
+            err.to_string(),
+            "shim catalog test is not valid: catalog.shims[spin].runtimeTyp: unknown field \
+             \"runtimeTyp\"; allowed: description, runtimeType, handler, runtimeClassName, \
+             defaultVersion, versions, binaries, ociRuntime, options, podAnnotations, \
+             privilegedWithoutHostDevices, configFiles, overhead, architectures (line 3)"
+        );
         let err = builtin()
             .with_overlay_yaml("test", "shims: [unclosed")
             .unwrap_err();
         assert!(matches!(err, CatalogError::Parse { .. }), "{err}");
+    }
+
+    #[test]
+    fn overlay_decoding_errors_name_the_field_the_value_and_what_is_allowed() {
+        let message = |overlay: &str| {
+            let text = builtin()
+                .with_overlay_yaml("o.yaml", overlay)
+                .unwrap_err()
+                .to_string();
+            for phrase in ["untagged enum", "DuplicateKeyPolicy", "invalid type:", "`"] {
+                assert!(
+                    !text.contains(phrase),
+                    "library wording {phrase:?} in: {text}"
+                );
+            }
+            text
+        };
+        assert_eq!(
+            message(
+                "shims:\n  spin:\n    options:\n      SystemdCgroup: {type: bool, default: [1]}\n"
+            ),
+            "shim catalog o.yaml is not valid: catalog.shims[spin].options[SystemdCgroup].default: \
+             expected true, false, an integer or a string, got a list (line 4)"
+        );
+        assert_eq!(
+            message("shims:\n  spin:\n    options:\n      SystemdCgroup: {type: boolean}\n"),
+            "shim catalog o.yaml is not valid: catalog.shims[spin].options[SystemdCgroup].type: \
+             \"boolean\" is not allowed; allowed: bool, int, string (line 4)"
+        );
+        assert_eq!(
+            message("shims:\n  spin:\n    handler: a\n    handler: b\n"),
+            "shim catalog o.yaml is not valid: catalog.shims[spin]: key \"handler\" appears twice \
+             (again at line 4)"
+        );
+        assert_eq!(
+            message("shims:\n  spin:\n    ociRuntime: sometimes\n"),
+            "shim catalog o.yaml is not valid: catalog.shims[spin].ociRuntime: expected true or \
+             false, got \"sometimes\" (line 3)"
+        );
+        assert_eq!(
+            message("shims:\n  spin:\n    binaries:\n      - {name: x}\n"),
+            "shim catalog o.yaml is not valid: catalog.shims[spin].binaries[0].path: is required \
+             but missing (line 4)"
+        );
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! string, [`MAX_ARRAY_ITEMS`] per list and [`MAX_OBJECT_KEYS`] per object. Then `apiVersion`
 //! and `kind` are checked, so a config for another API version gets a clear message instead of
 //! a list of unknown fields, and finally the typed structs are deserialised with unknown fields
-//! rejected. A serde error stops at the first problem; its message keeps serde's field path.
+//! rejected. A decoding error stops at the first problem and names its field path, the given
+//! value and what the field takes.
 //!
 //! An absent (or `null`) providerConfig means "no shims": the extension may be enabled for
 //! every shoot by the operator (`autoEnable`), and such shoots must reconcile cleanly.
@@ -16,6 +17,7 @@ use serde_json::Value;
 
 use super::error::{ConfigError, FieldError, FieldPath, quote};
 use super::types::{API_VERSION, ContainerdShimConfig, KIND};
+use crate::gardener::decode::{PathStyle, Problem, value_typed, yaml_value};
 
 /// Largest accepted providerConfig, serialised as JSON.
 pub const MAX_BYTES: usize = 64 * 1024;
@@ -68,10 +70,8 @@ pub fn decode(provider_config: Option<&Value>) -> Result<ContainerdShimConfig, C
     if !errors.is_empty() {
         return Err(ConfigError { errors });
     }
-    let config: ContainerdShimConfig = serde_path_to_error::deserialize(value).map_err(|err| {
-        let path = serde_path(err.path());
-        ConfigError::single(FieldError::new(&path, err.inner().to_string()))
-    })?;
+    let config: ContainerdShimConfig =
+        value_typed(value, &PATHS).map_err(|p| ConfigError::single(field_error(p)))?;
     // serde fills a struct from a list too, by position (`"runtimeClass": ["x"]` would set the
     // first field): a list where the API has an object is an error, not a guess.
     let decoded = serde_json::to_value(&config).unwrap_or(Value::Null);
@@ -130,6 +130,8 @@ pub fn undecodable(reason: &str) -> ConfigError {
 }
 
 /// Decodes a providerConfig written as YAML (example files, the offline `render` command).
+/// A key given twice is an error here: JSON decoding keeps the last one, as the API server
+/// does, but in a file the author can still fix it.
 pub fn decode_yaml(text: &str) -> Result<ContainerdShimConfig, ConfigError> {
     let root = FieldPath::root();
     if text.len() > MAX_BYTES {
@@ -138,36 +140,24 @@ pub fn decode_yaml(text: &str) -> Result<ContainerdShimConfig, ConfigError> {
             format!("{} bytes exceed the limit of {MAX_BYTES}", text.len()),
         )));
     }
-    let value: Value = serde_saphyr::from_str(text).map_err(|e| {
-        ConfigError::single(FieldError::new(&root, format!("is not valid YAML: {e}")))
-    })?;
+    let value = yaml_value(text, &PATHS).map_err(|p| ConfigError::single(field_error(p)))?;
     decode(Some(&value))
 }
 
 /// The fields of the API whose values are maps with user-chosen keys.
 const MAP_FIELDS: &[&str] = &["options", "nodeSelector"];
 
-/// serde's path as ours: `shims[1].options.Foo` becomes `providerConfig.shims[1].options[Foo]`,
-/// the same notation validation uses.
-fn serde_path(path: &serde_path_to_error::Path) -> FieldPath {
-    use serde_path_to_error::Segment;
-    let mut out = FieldPath::root();
-    let mut in_map = false;
-    for segment in path {
-        let mut next_in_map = false;
-        out = match segment {
-            Segment::Seq { index } => out.index(*index),
-            Segment::Map { key } if in_map => out.key(key),
-            Segment::Map { key } => {
-                next_in_map = MAP_FIELDS.contains(&key.as_str());
-                out.child(key)
-            }
-            Segment::Enum { variant } => out.child(variant),
-            Segment::Unknown => out.child("?"),
-        };
-        in_map = next_in_map;
+/// Paths as validation writes them: `providerConfig.shims[1].options[Foo]`.
+pub const PATHS: PathStyle<'static> = PathStyle {
+    root: super::error::ROOT,
+    map_fields: MAP_FIELDS,
+};
+
+fn field_error(problem: Problem) -> FieldError {
+    FieldError {
+        path: problem.path,
+        detail: problem.detail,
     }
-    out
 }
 
 /// Depth, string length, list length and object size, walking no deeper than allowed.
@@ -358,29 +348,126 @@ mod tests {
         );
     }
 
-    #[test]
-    fn unknown_fields_are_rejected_with_their_path() {
-        let text = message(with("shims", json!([{"name": "spin", "hanlder": "x"}])));
-        assert!(text.contains("providerConfig.shims[0]"), "{text}");
-        assert!(text.contains("unknown field `hanlder`"), "{text}");
-        let text = message(with("extra", json!(1)));
-        assert!(text.contains("unknown field `extra`"), "{text}");
+    /// Phrases of serde and serde-saphyr that tell the author nothing they can act on.
+    const LIBRARY_WORDING: &[&str] = &[
+        "untagged enum",
+        "DuplicateKeyPolicy",
+        "from_str_multiple",
+        "invalid type:",
+        "invalid value:",
+        "unknown field `",
+        "unknown variant `",
+        "missing field `",
+        "expected u32",
+        "expected i64",
+        "expected struct",
+        "expected Quantity",
+        "expected IntOrString",
+        "sequence",
+    ];
+
+    fn plain(text: String) -> String {
+        for phrase in LIBRARY_WORDING {
+            assert!(
+                !text.contains(phrase),
+                "library wording {phrase:?} in: {text}"
+            );
+        }
+        text
     }
 
     #[test]
-    fn type_errors_keep_the_path() {
-        let text = message(with("rollout", json!({"maxConcurrentRestarts": -1})));
+    fn unknown_fields_are_rejected_with_their_path_and_the_allowed_ones() {
+        let text = plain(message(with(
+            "shims",
+            json!([{"name": "spin", "hanlder": "x"}]),
+        )));
         assert!(
-            text.contains("providerConfig.rollout.maxConcurrentRestarts"),
+            text.ends_with(
+                "providerConfig.shims[0].hanlder: unknown field \"hanlder\"; allowed: name, \
+                 catalog, custom, runtimeClass, options, workerPools, nodeSelector, podAnnotations"
+            ),
             "{text}"
         );
-        let text = message(with("shims", json!([{"name": "x", "options": {"A": 1.5}}])));
+        let text = plain(message(with("extra", json!(1))));
         assert!(
-            text.contains("providerConfig.shims[0].options[A]"),
+            text.ends_with(
+                "providerConfig.extra: unknown field \"extra\"; allowed: apiVersion, kind, shims, rollout"
+            ),
             "{text}"
         );
     }
 
+    #[test]
+    fn type_errors_name_the_field_the_given_value_and_what_is_allowed() {
+        let shim = |fields: Value| {
+            let mut shim = json!({"name": "spin"});
+            if let (Some(shim), Value::Object(fields)) = (shim.as_object_mut(), fields) {
+                shim.extend(fields);
+            }
+            with("shims", json!([shim]))
+        };
+        for (input, expected) in [
+            (
+                with("rollout", json!({"maxConcurrentRestarts": -1})),
+                "providerConfig.rollout.maxConcurrentRestarts: expected a non-negative integer, \
+                 got the integer -1",
+            ),
+            (
+                with("rollout", json!({"maxConcurrentRestarts": "x"})),
+                "providerConfig.rollout.maxConcurrentRestarts: expected a non-negative integer, \
+                 got the string \"x\"",
+            ),
+            (
+                with("rollout", json!({"maxUnavailable": [1]})),
+                "providerConfig.rollout.maxUnavailable: expected an integer or a string, got a list",
+            ),
+            (
+                shim(json!({"options": {"A": 1.5}})),
+                "providerConfig.shims[0].options[A]: expected true, false, an integer or a string, \
+                 got the number 1.5",
+            ),
+            (
+                shim(json!({"options": {"SystemdCgroup": [1]}})),
+                "providerConfig.shims[0].options[SystemdCgroup]: expected true, false, an integer \
+                 or a string, got a list",
+            ),
+            (
+                shim(json!({"options": {"A": u64::MAX}})),
+                "providerConfig.shims[0].options[A]: expected an integer from \
+                 -9223372036854775808 to 9223372036854775807, got the integer 18446744073709551615",
+            ),
+            (
+                shim(json!({"catalog": {"name": "spin", "version": 1}})),
+                "providerConfig.shims[0].catalog.version: expected a string, got the integer 1",
+            ),
+            (
+                shim(json!({"runtimeClass": {"tolerations": [{"effect": "NoSched"}]}})),
+                "providerConfig.shims[0].runtimeClass.tolerations[0].effect: \"NoSched\" is not \
+                 allowed; allowed: NoSchedule, PreferNoSchedule, NoExecute",
+            ),
+            (
+                shim(json!({"runtimeClass": {"overhead": {"podFixed": {"cpu": [1]}}}})),
+                "providerConfig.shims[0].runtimeClass.overhead.podFixed.cpu: expected a quantity \
+                 such as 250m, 1 or 160Mi, got a list",
+            ),
+            (
+                shim(json!({"workerPools": "worker-a"})),
+                "providerConfig.shims[0].workerPools: expected a list, got the string \"worker-a\"",
+            ),
+            (
+                shim(json!({"custom": {"runtimeType": "io.containerd.x.v1", "binaries": []}})),
+                "providerConfig.shims[0].custom.version: is required but missing",
+            ),
+            (
+                with("shims", json!([{"catalog": {"name": "spin"}}])),
+                "providerConfig.shims[0].name: is required but missing",
+            ),
+        ] {
+            let text = plain(message(input));
+            assert_eq!(text, format!("invalid providerConfig: {expected}"));
+        }
+    }
     #[test]
     fn oversized_inputs_are_rejected_before_decoding() {
         let text = message(with("shims", Value::Array(vec![json!({}); 65])));
@@ -489,8 +576,49 @@ mod tests {
         .unwrap();
         assert_eq!(config.shims[0].name, "spin");
         let err = decode_yaml("shims: [").unwrap_err();
-        assert!(err.to_string().contains("is not valid YAML"), "{err}");
+        let text = plain(err.to_string());
+        assert!(
+            text.contains("providerConfig.shims: invalid YAML: unclosed bracket '[' at line 1"),
+            "{text}"
+        );
         let err = decode_yaml(&"#".repeat(MAX_BYTES + 1)).unwrap_err();
         assert!(err.to_string().contains("exceed the limit"), "{err}");
+    }
+
+    #[test]
+    fn yaml_keys_given_twice_and_second_documents_are_named_with_their_line() {
+        let header = format!("apiVersion: {API_VERSION}\nkind: {KIND}\n");
+        let err = decode_yaml(&format!(
+            "{header}shims:\n  - name: spin\n    catalog: {{name: spin}}\n    name: wasmtime\n"
+        ))
+        .unwrap_err();
+        assert_eq!(
+            crate::gardener::error_codes::CodedError::codes(&err),
+            vec![crate::gardener::api::common::ErrorCode::ConfigurationProblem]
+        );
+        assert_eq!(
+            plain(err.to_string()),
+            "invalid providerConfig: providerConfig.shims[0]: key \"name\" appears twice (again at line 6)"
+        );
+        let err = decode_yaml(&format!("{header}shims: []\nshims: []\n")).unwrap_err();
+        assert_eq!(
+            plain(err.to_string()),
+            "invalid providerConfig: providerConfig: key \"shims\" appears twice (again at line 4)"
+        );
+        let err = decode_yaml(&format!("{header}---\n{header}")).unwrap_err();
+        assert_eq!(
+            plain(err.to_string()),
+            "invalid providerConfig: providerConfig: holds more than one YAML document (another \
+             one at line 4); give exactly one"
+        );
+        let err = decode_yaml(&format!(
+            "{header}shims:\n  - name: spin\n    options: {{A: [1]}}\n"
+        ))
+        .unwrap_err();
+        assert_eq!(
+            plain(err.to_string()),
+            "invalid providerConfig: providerConfig.shims[0].options[A]: expected true, false, an \
+             integer or a string, got a list"
+        );
     }
 }

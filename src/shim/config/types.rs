@@ -297,12 +297,54 @@ impl TaintEffect {
 
 /// A containerd runtime option value. The TOML type matters to the shim
 /// (`SystemdCgroup = true`, not `"true"`), so booleans, integers and strings stay distinct.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(untagged)]
 pub enum OptionValue {
     Bool(bool),
     Int(i64),
     String(String),
+}
+
+// Decoded by hand rather than as an untagged enum: that one can only say "data did not match
+// any variant", where the author needs to hear which types an option takes.
+impl<'de> Deserialize<'de> for OptionValue {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = OptionValue;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("true, false, an integer or a string")
+            }
+
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<OptionValue, E> {
+                Ok(OptionValue::Bool(v))
+            }
+
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<OptionValue, E> {
+                Ok(OptionValue::Int(v))
+            }
+
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<OptionValue, E> {
+                i64::try_from(v).map(OptionValue::Int).map_err(|_| {
+                    E::custom(format!(
+                        "expected an integer from {} to {}, got the integer {v}",
+                        i64::MIN,
+                        i64::MAX
+                    ))
+                })
+            }
+
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<OptionValue, E> {
+                Ok(OptionValue::String(v.to_owned()))
+            }
+
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<OptionValue, E> {
+                Ok(OptionValue::String(v))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 /// Rollout pacing.

@@ -47,7 +47,7 @@ use gardener_extension_containerd_shim::gardener::api::{
 };
 use gardener_extension_containerd_shim::gardener::managed_resource::SecretData;
 use gardener_extension_containerd_shim::shim::actuator::{ActuatorSettings, ORIGIN, ShimActuator};
-use gardener_extension_containerd_shim::shim::controllers::{self, ShimOptions};
+use gardener_extension_containerd_shim::shim::controllers::{self, CatalogOptions};
 use gardener_extension_containerd_shim::user_agent;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
@@ -203,9 +203,8 @@ async fn run() {
 /// The packed bundle the controller writes for the benchmark's Extensions: the floor's
 /// Secrets carry the same bytes.
 fn bundle() -> SecretData {
-    let options = ShimOptions {
+    let options = CatalogOptions {
         shim_catalog_overlay: None,
-        uninstall_timeout: Duration::from_secs(600),
         allow_custom_shims: false,
         custom_shim_download_hosts: Vec::new(),
         custom_shim_image_registries: Vec::new(),

@@ -11,7 +11,7 @@ use gardener_extension_containerd_shim::gardener::api::{ErrorCode, Extension, Sh
 use gardener_extension_containerd_shim::gardener::error_codes::CodedError;
 use gardener_extension_containerd_shim::gardener::imagevector::ImageVector;
 use gardener_extension_containerd_shim::shim::config::{self, Catalog, decode};
-use gardener_extension_containerd_shim::shim::controllers::{ShimOptions, load_catalog_and_images};
+use gardener_extension_containerd_shim::shim::controllers::{CatalogOptions, load_catalog_and_images};
 use gardener_extension_containerd_shim::shim::offline::{OfflineError, render_extension};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Value, json};
@@ -19,11 +19,8 @@ use serde_json::{Value, json};
 fn fixtures() -> &'static (Catalog, ImageVector) {
     static FIXTURES: OnceLock<(Catalog, ImageVector)> = OnceLock::new();
     FIXTURES.get_or_init(|| {
-        let options = ShimOptions {
-            shim_catalog_overlay: None,
-            uninstall_timeout: std::time::Duration::from_secs(600),
-        };
-        load_catalog_and_images(&options).expect("the built-in catalog and image vector load")
+        load_catalog_and_images(&CatalogOptions::default())
+            .expect("the built-in catalog and image vector load")
     })
 }
 
