@@ -110,7 +110,7 @@ pub fn node_arch(labels: &BTreeMap<String, String>) -> Result<Arch, InstallerErr
 
 fn shim_hash(shim: &DesiredShim, arch: Arch) -> String {
     let json = serde_json::to_string(shim).unwrap_or_default();
-    payload::spec::sha256_hex(format!("{}\n{json}", arch.as_str()).as_bytes())
+    super::digest::sha256_hex(format!("{}\n{json}", arch.as_str()).as_bytes())
 }
 
 /// The node's desired state in one hash (mode, architecture, selected shims).
@@ -119,7 +119,7 @@ fn node_hash(mode: Mode, selected: &[(&DesiredShim, String)], arch: Arch) -> Str
     for (shim, hash) in selected {
         text.push_str(&format!("{}={hash}\n", shim.name));
     }
-    payload::spec::sha256_hex(text.as_bytes())
+    super::digest::sha256_hex(text.as_bytes())
 }
 
 /// The installer for one node.

@@ -118,7 +118,7 @@ pub fn probe(status_file: &Path, desired_file: &Path) -> Result<String, String> 
         return Err(format!("not ready: {}", status.message));
     }
     let current = std::fs::read(desired_file)
-        .map(|bytes| super::payload::spec::sha256_hex(&bytes))
+        .map(|bytes| super::digest::sha256_hex(&bytes))
         .map_err(|err| format!("{}: {err}", desired_file.display()))?;
     if status.desired_file_sha256.as_deref() != Some(current.as_str()) {
         return Err("the desired shim set changed; not verified yet".into());
@@ -147,7 +147,7 @@ mod tests {
 
         status.ready = true;
         status.message = "2 shims verified".into();
-        status.desired_file_sha256 = Some(super::super::payload::spec::sha256_hex(b"{}"));
+        status.desired_file_sha256 = Some(super::super::digest::sha256_hex(b"{}"));
         status.write(&status_file).unwrap();
         assert_eq!(probe(&status_file, &desired).unwrap(), "2 shims verified");
 

@@ -11,8 +11,8 @@ use gardener_extension_containerd_shim::desired_shims::{
 };
 use gardener_extension_containerd_shim::installer::InstallerError;
 use gardener_extension_containerd_shim::installer::converge::{Installer, Settings};
+use gardener_extension_containerd_shim::installer::digest::sha256_hex;
 use gardener_extension_containerd_shim::installer::host::{Host, TestHost};
-use gardener_extension_containerd_shim::installer::payload::spec::sha256_hex;
 use gardener_extension_containerd_shim::installer::payload::{DownloadConfig, Downloader};
 
 use crate::support::https::{Reply, Server, serve};

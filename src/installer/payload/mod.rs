@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::installer::digest::sha256_hex;
 use crate::installer::error::InstallerError;
 use crate::installer::host::{FileKind, Host, RunningExe};
 
@@ -314,7 +315,7 @@ async fn fetch_file(
         FileSource::Inline(content) => {
             host.write_file(path, content.as_bytes(), file.mode)
                 .map_err(|err| InstallerError::host("write", path, err))?;
-            (spec::sha256_hex(content.as_bytes()), content.len() as u64)
+            (sha256_hex(content.as_bytes()), content.len() as u64)
         }
         FileSource::Staged(local) => copy_local(host, local, path, file.mode)
             .map_err(|err| payload_error(format!("copying {}: {err}", local.display())))?,
