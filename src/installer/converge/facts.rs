@@ -327,3 +327,195 @@ pub(super) fn waiting_notes(gone: &[GoneFacts]) -> Vec<String> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{
+        Bed, config_plan, desired, facts_for, node, recorded, run_of, shim, txn,
+    };
+    use super::*;
+    use crate::desired_shims::{DesiredShims, Rollout, ready_label};
+    use crate::installer::plan::{Step, plan};
+
+    fn uninstall() -> DesiredShims {
+        DesiredShims::uninstall(Rollout {
+            max_concurrent_restarts: 1,
+        })
+    }
+
+    #[test]
+    fn gone_shims_are_recorded_or_linked_and_not_selected() {
+        let set = desired(vec![shim("spin", "spin")]);
+        let mut state = State::new();
+        state.shims.insert("spin".into(), recorded("spin", "h"));
+        state.shims.insert("old".into(), recorded("old", "h"));
+        let run = run_of(&set, state, &[]);
+        let linked = ["spin", "wasm", "wasm.new", "old"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(
+            gone_shims(&run.selection, &run.state, linked),
+            ["old", "wasm"]
+        );
+    }
+
+    #[test]
+    fn only_linked_shims_with_pods_are_waited_for() {
+        let gone = |name: &str, linked, in_use| GoneFacts {
+            name: name.into(),
+            linked,
+            in_use,
+        };
+        let notes = waiting_notes(&[gone("a", true, 2), gone("b", true, 0), gone("c", false, 3)]);
+        assert_eq!(
+            notes,
+            ["shim a stays while 2 pod(s) of its runtime handler run"]
+        );
+    }
+
+    #[test]
+    fn a_failed_set_plans_only_withdrawing_the_labels_it_touched() {
+        let set = desired(vec![shim("spin", "spin"), shim("wasm", "wasm")]);
+        let spin = ready_label("spin");
+        let wasm = ready_label("wasm");
+        let mut run = run_of(&set, State::new(), &[(&spin, "ready"), (&wasm, "ready")]);
+        let hash = run.selection.find("spin").unwrap().1.clone();
+        run.state
+            .shims
+            .insert("spin".into(), recorded("spin", &hash));
+        run.state.shims.insert(
+            "wasm".into(),
+            crate::installer::state::ShimState {
+                phase: Phase::Failed,
+                ..recorded("wasm", "an earlier description")
+            },
+        );
+        let input = failed_plan_input(&run);
+        assert!(input.failed);
+        let verified: Vec<bool> = input.shims.iter().map(|s| s.verified).collect();
+        assert_eq!(verified, [true, false]);
+        assert_eq!(plan(&input), [Step::RemoveLabels(vec![wasm])]);
+    }
+
+    #[test]
+    fn an_unsupported_containerd_stops_gathering_with_nothing_changed() {
+        let bed = Bed::new(node(&[]));
+        bed.host
+            .set_version_output("containerd github.com/containerd/containerd/v3 v3.0.0");
+        let before = bed.tree();
+        let set = desired(vec![shim("spin", "spin")]);
+        let run = run_of(&set, State::new(), &[]);
+        let err = bed.installer.gather(&run).err().unwrap().to_string();
+        assert!(err.contains("v3.0.0"), "{err}");
+        assert_eq!(bed.tree(), before);
+    }
+
+    #[test]
+    fn a_missing_staged_binary_stops_gathering_with_nothing_changed() {
+        let bed = Bed::new(node(&[]));
+        bed.host.set_version_output("containerd v2.1.0");
+        let before = bed.tree();
+        let set = desired(vec![shim("spin", "spin")]);
+        let run = run_of(&set, State::new(), &[]);
+        let err = bed.installer.gather(&run).err().unwrap().to_string();
+        assert!(err.contains("containerd-shim-spin-v2"), "{err}");
+        assert_eq!(bed.tree(), before);
+    }
+
+    #[test]
+    fn a_config_that_cannot_be_dumped_stops_gathering_with_nothing_changed() {
+        let bed = Bed::new(node(&[]));
+        bed.host.set_version_output("containerd v2.1.0");
+        let staged = bed.dir.path().join("staging/spin");
+        std::fs::create_dir_all(&staged).unwrap();
+        std::fs::write(staged.join("containerd-shim-spin-v2"), "binary").unwrap();
+        std::fs::create_dir_all(bed.path("/etc/containerd")).unwrap();
+        let before = bed.tree();
+        let set = desired(vec![shim("spin", "spin")]);
+        let run = run_of(&set, State::new(), &[]);
+        // The host's containerd binary does not exist: the baseline dump fails, and the empty
+        // file it dumps in place of the missing config is gone again.
+        let err = bed.installer.gather(&run).err().unwrap().to_string();
+        assert!(err.contains("config dump"), "{err}");
+        assert_eq!(bed.tree(), before);
+    }
+
+    #[test]
+    fn an_uninstall_on_a_clean_node_gathers_the_shims_left_behind() {
+        let bed = Bed::new(node(&[]));
+        bed.host.set_version_output("containerd v1.7.20");
+        bed.link("stray", "v1");
+        bed.link("stray.new", "v2");
+        let mut state = State::new();
+        state
+            .shims
+            .insert("stray".into(), recorded("stray-handler", "h"));
+        state
+            .shims
+            .insert("old".into(), recorded("old-handler", "h"));
+        bed.host.set_sandboxes("stray-handler", 2);
+        bed.host.set_sandboxes("old-handler", 5);
+        let set = uninstall();
+        let run = run_of(&set, state, &[]);
+        let facts = bed.installer.gather(&run).unwrap();
+        assert!(!facts.config.changed);
+        assert!(facts.specs.is_empty() && facts.runtimes.is_empty());
+        assert_eq!(facts.gone, ["old", "stray"]);
+
+        let input = bed.installer.plan_input(&run, &facts).unwrap();
+        // Only a linked shim can still serve pods.
+        let gone: Vec<(&str, bool, usize)> = input
+            .gone
+            .iter()
+            .map(|g| (g.name.as_str(), g.linked, g.in_use))
+            .collect();
+        assert_eq!(gone, [("old", false, 0), ("stray", true, 2)]);
+        assert!(input.shims.is_empty());
+    }
+
+    #[test]
+    fn the_plan_input_reads_staging_links_verification_and_the_journal() {
+        let bed = Bed::new(node(&[]));
+        bed.version("spin", "v2-new");
+        bed.link("spin", "v1-old");
+        let set = desired(vec![shim("spin", "spin"), shim("wasm", "wasm")]);
+        let mut state = State::new();
+        // Verified with an earlier description: the label may stay during the upgrade.
+        state
+            .shims
+            .insert("spin".into(), recorded("spin", "earlier"));
+        let mut run = run_of(&set, state, &[]);
+        let mut facts = facts_for(&run, "v2-new", &[]);
+        facts.config = config_plan(true);
+        let input = bed.installer.plan_input(&run, &facts).unwrap();
+        let spin = &input.shims[0];
+        assert!(spin.staged);
+        assert_eq!(spin.current.as_deref(), Some("v1-old"));
+        assert!(!spin.verified && spin.verified_before);
+        let wasm = &input.shims[1];
+        assert!(!wasm.staged && wasm.current.is_none() && !wasm.verified_before);
+        assert!(input.config_changed);
+        assert!(!input.txn_pending);
+
+        for (phase, validated, rolling_back) in [
+            (TxnPhase::Writing, false, false),
+            (TxnPhase::Validated, true, false),
+            (TxnPhase::Restarting, true, false),
+            (
+                TxnPhase::RollingBack {
+                    error: "boom".into(),
+                },
+                false,
+                true,
+            ),
+        ] {
+            run.state.config = Some(crate::installer::state::ConfigTxn { phase, ..txn() });
+            let input = bed.installer.plan_input(&run, &facts).unwrap();
+            assert!(input.txn_pending);
+            assert_eq!(
+                (input.txn_validated, input.txn_rolling_back),
+                (validated, rolling_back)
+            );
+        }
+    }
+}

@@ -28,6 +28,9 @@ mod run_state;
 mod selection;
 mod transaction;
 
+#[cfg(test)]
+mod test_support;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -202,5 +205,94 @@ impl<C: Cluster> Installer<C> {
                 Ok(())
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::{Bed, desired, node, recorded, shim};
+    use super::*;
+    use crate::desired_shims::{Rollout, ready_label};
+    use crate::installer::state::{Failure, Phase, STATE_FILE, ShimState};
+
+    #[tokio::test]
+    async fn an_uninstall_on_a_clean_node_changes_nothing_and_is_clean() {
+        let mut bed = Bed::new(node(&[]));
+        bed.host.set_version_output("containerd v2.1.0");
+        let before = bed.tree();
+        let outcome = bed
+            .installer
+            .run(&DesiredShims::uninstall(Rollout {
+                max_concurrent_restarts: 1,
+            }))
+            .await
+            .unwrap();
+        assert!(outcome.status.ready, "{:?}", outcome.status);
+        assert_eq!(
+            outcome.status.message,
+            "clean: nothing of the installer is left on this node"
+        );
+        assert_eq!(outcome.steps, [Step::CollectGarbage]);
+        assert!(!outcome.restarted);
+        assert_eq!(bed.tree(), before);
+        assert!(bed.host.events().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_set_that_failed_here_is_not_retried_only_its_labels_go() {
+        let spin = ready_label("spin");
+        let wasm = ready_label("wasm");
+        let mut bed = Bed::new(node(&[(&spin, "ready"), (&wasm, "ready")]));
+        let set = desired(vec![shim("spin", "spin"), shim("wasm", "wasm")]);
+        let selection = Selection::new(&set, &bed.cluster.labels()).unwrap();
+        let mut state = State::new();
+        state.failure = Some(Failure {
+            node_hash: selection.node_hash.clone(),
+            error: "boom".into(),
+            at: jiff::Timestamp::UNIX_EPOCH,
+        });
+        let spin_hash = &selection.find("spin").unwrap().1;
+        state
+            .shims
+            .insert("spin".into(), recorded("spin", spin_hash));
+        state.shims.insert(
+            "wasm".into(),
+            ShimState {
+                phase: Phase::Failed,
+                ..recorded("wasm", "earlier")
+            },
+        );
+        let path = bed.installer.settings().layout.state_dir().join(STATE_FILE);
+        state.store(&*bed.host, &path).unwrap();
+
+        // The host's containerd is never asked: gathering would fail on its missing binary.
+        let outcome = bed.installer.run(&set).await.unwrap();
+        assert_eq!(outcome.steps, [Step::RemoveLabels(vec![wasm.clone()])]);
+        assert!(!outcome.status.ready);
+        assert_eq!(outcome.status.message, "failed: boom");
+        let labels = bed.cluster.labels();
+        assert!(labels.contains_key(&spin) && !labels.contains_key(&wasm));
+        assert!(bed.host.events().is_empty());
+        assert_eq!(bed.stored(), Some(state));
+    }
+
+    #[tokio::test]
+    async fn a_kill_at_a_checkpoint_stops_the_run_there() {
+        let wasm = ready_label("wasm");
+        let mut bed = Bed::new(node(&[(&wasm, "ready")]));
+        bed.host.set_version_output("containerd v2.1.0");
+        bed.installer.kill_at(Some(0));
+        let uninstall = DesiredShims::uninstall(Rollout {
+            max_concurrent_restarts: 1,
+        });
+        let err = bed.installer.run(&uninstall).await.unwrap_err();
+        assert!(matches!(err, InstallerError::Interrupted(0)), "{err}");
+        assert!(
+            !bed.cluster.labels().contains_key(&wasm),
+            "the patch came first"
+        );
+        bed.installer.kill_at(None);
+        let outcome = bed.installer.run(&uninstall).await.unwrap();
+        assert!(outcome.status.ready, "{:?}", outcome.status);
     }
 }

@@ -216,3 +216,240 @@ fn uninstall_readiness(run: &Run<'_>) -> (bool, String) {
     };
     (clean, message)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{
+        Bed, desired, facts_for, node, owned, recorded, run_of, shim, txn,
+    };
+    use super::*;
+    use crate::desired_shims::{DesiredShims, Rollout};
+    use crate::installer::cluster::ClusterEvent;
+    use crate::installer::state::{Failure, ShimState};
+
+    const NOW: jiff::Timestamp = jiff::Timestamp::UNIX_EPOCH;
+
+    fn uninstall() -> DesiredShims {
+        DesiredShims::uninstall(Rollout {
+            max_concurrent_restarts: 1,
+        })
+    }
+
+    /// The status of a run of `set` whose record has every selected shim verified.
+    fn verified(set: &DesiredShims, labelled: bool) -> Run<'_> {
+        let labels: Vec<(String, &str)> = set
+            .shims
+            .iter()
+            .filter(|_| labelled)
+            .map(|s| (ready_label(&s.handler), "ready"))
+            .collect();
+        let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        let mut run = run_of(set, State::new(), &labels);
+        run.mark_verified(NOW);
+        run
+    }
+
+    fn message(run: &Run<'_>) -> (bool, String) {
+        let status = outcome(run, vec![], NOW).status;
+        (status.ready, status.message)
+    }
+
+    #[test]
+    fn ready_means_verified_and_labelled() {
+        let set = desired(vec![shim("spin", "spin"), shim("wasm", "wasm-handler")]);
+        let mut run = verified(&set, true);
+        assert_eq!(
+            message(&run),
+            (true, "2 shim(s) verified: spin, wasm-handler".into())
+        );
+        run.waiting = vec!["shim old stays while 1 pod(s) of its runtime handler run".into()];
+        assert_eq!(
+            message(&run).1,
+            "2 shim(s) verified: spin, wasm-handler; shim old stays while 1 pod(s) of its runtime handler run"
+        );
+        assert_eq!(
+            message(&verified(&set, false)),
+            (false, "shims not verified yet".into())
+        );
+        let mut unverified = verified(&set, true);
+        unverified.state.shims.remove("wasm");
+        assert!(!message(&unverified).0);
+    }
+
+    #[test]
+    fn a_failure_or_a_change_in_flight_is_not_ready() {
+        let set = desired(vec![shim("spin", "spin")]);
+        let mut run = verified(&set, true);
+        run.state.config = Some(txn());
+        assert_eq!(
+            message(&run),
+            (
+                false,
+                "a containerd configuration change is in flight".into()
+            )
+        );
+        run.state.failure = Some(Failure {
+            node_hash: run.selection.node_hash.clone(),
+            error: "boom".into(),
+            at: NOW,
+        });
+        assert_eq!(message(&run), (false, "failed: boom".into()));
+    }
+
+    #[test]
+    fn an_uninstall_is_clean_once_nothing_of_ours_is_configured_labelled_or_running() {
+        let set = uninstall();
+        let run = run_of(&set, State::new(), &[]);
+        assert_eq!(
+            message(&run),
+            (
+                true,
+                "clean: nothing of the installer is left on this node".into()
+            )
+        );
+        let mut retained = run_of(&set, State::new(), &[]);
+        retained.retained = vec!["/var/lib/x/versions/spin/v1".into()];
+        assert_eq!(
+            message(&retained),
+            (
+                true,
+                "clean: configuration removed; 1 version(s) kept while running shims use them"
+                    .into()
+            )
+        );
+        let mut configured = run_of(&set, State::new(), &[]);
+        configured.state.ownership = owned("/etc/containerd/config.toml");
+        assert_eq!(
+            message(&configured),
+            (false, "removing the installer's configuration".into())
+        );
+        let label = ready_label("spin");
+        let labelled = run_of(&set, State::new(), &[(&label, "ready")]);
+        assert!(!message(&labelled).0);
+        let mut waiting = run_of(&set, State::new(), &[]);
+        waiting.waiting = vec!["shim spin stays while 1 pod(s) of its runtime handler run".into()];
+        assert_eq!(
+            message(&waiting),
+            (
+                false,
+                "removing the installer's configuration; shim spin stays while 1 pod(s) of its runtime handler run"
+                    .into()
+            )
+        );
+    }
+
+    #[test]
+    fn the_status_lists_selected_shims_then_the_rest_of_the_record() {
+        let set = desired(vec![shim("spin", "spin"), shim("wasm", "wasm")]);
+        let mut run = run_of(&set, State::new(), &[]);
+        let hash = run.selection.find("spin").unwrap().1.clone();
+        run.state.shims.insert(
+            "spin".into(),
+            ShimState {
+                active: Some("v1".into()),
+                ..recorded("spin", &hash)
+            },
+        );
+        run.state.shims.insert(
+            "wasm".into(),
+            ShimState {
+                phase: Phase::Failed,
+                last_error: Some("boom".into()),
+                ..recorded("wasm", "other")
+            },
+        );
+        run.state.shims.insert(
+            "old".into(),
+            ShimState {
+                phase: Phase::Uninstalling,
+                ..recorded("old-handler", "h")
+            },
+        );
+        run.retained = vec!["/x".into()];
+        run.restarted = true;
+        let outcome = outcome(&run, vec![Step::CollectGarbage], NOW);
+        let shims: Vec<(&str, &str, Phase, Option<&str>)> = outcome
+            .status
+            .shims
+            .iter()
+            .map(|s| {
+                (
+                    s.name.as_str(),
+                    s.handler.as_str(),
+                    s.phase,
+                    s.error.as_deref(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            shims,
+            [
+                ("spin", "spin", Phase::Active, None),
+                ("wasm", "wasm", Phase::Failed, Some("boom")),
+                ("old", "old-handler", Phase::Uninstalling, None),
+            ]
+        );
+        assert_eq!(outcome.status.shims[0].version.as_deref(), Some("v1"));
+        assert_eq!(outcome.status.retained_in_use, ["/x"]);
+        assert_eq!(outcome.status.updated_at, NOW);
+        assert_eq!(outcome.steps, [Step::CollectGarbage]);
+        assert!(outcome.restarted);
+    }
+
+    #[tokio::test]
+    async fn labels_are_patched_on_the_node_and_in_the_run() {
+        let spin = ready_label("spin");
+        let wasm = ready_label("wasm");
+        let mut bed = Bed::new(node(&[(&spin, "ready")]));
+        let set = desired(vec![shim("spin", "spin"), shim("wasm", "wasm")]);
+        let mut run = run_of(&set, State::new(), &[(&spin, "ready")]);
+        bed.installer
+            .patch_labels(&mut run, std::slice::from_ref(&wasm), Some("ready"))
+            .await
+            .unwrap();
+        assert_eq!(
+            bed.cluster.labels().get(&wasm).map(String::as_str),
+            Some("ready")
+        );
+        assert_eq!(run.labels.get(&wasm).map(String::as_str), Some("ready"));
+
+        let events = bed.cluster.events().len();
+        bed.installer
+            .withdraw_labels(&mut run, &["absent".into()])
+            .await
+            .unwrap();
+        assert_eq!(bed.cluster.events().len(), events, "nothing to withdraw");
+        bed.installer
+            .withdraw_labels(&mut run, &["spin".into(), "absent".into()])
+            .await
+            .unwrap();
+        assert_eq!(
+            bed.cluster.events().last(),
+            Some(&ClusterEvent::Label {
+                key: spin.clone(),
+                value: None
+            })
+        );
+        assert!(!run.labels.contains_key(&spin));
+        assert!(!bed.cluster.labels().contains_key(&spin));
+    }
+
+    #[test]
+    fn the_record_is_stored_when_changed_and_removed_once_clean() {
+        let mut bed = Bed::new(node(&[]));
+        let set = uninstall();
+        let mut run = run_of(&set, State::new(), &[]);
+        let facts = facts_for(&run, "v1", &[]);
+        bed.installer.finish_record(&mut run, &facts).unwrap();
+        assert_eq!(bed.stored(), None, "a clean node gets no state file");
+
+        run.state.shims.insert("old".into(), recorded("old", "h"));
+        bed.installer.finish_record(&mut run, &facts).unwrap();
+        assert_eq!(bed.stored(), Some(run.state.clone()));
+
+        let mut next = run_of(&set, run.state.clone(), &[]);
+        next.state.shims.clear();
+        bed.installer.finish_record(&mut next, &facts).unwrap();
+        assert_eq!(bed.stored(), None, "removed once clean");
+    }
+}

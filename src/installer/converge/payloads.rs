@@ -171,3 +171,155 @@ fn versions_to_keep(
     }
     keep
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{
+        Bed, STATE_DIR, desired, facts_for, node, recorded, run_of, shim,
+    };
+    use super::*;
+    use crate::installer::containerd::{FileRole, KeyPath, OwnedFile, OwnedHandler, Ownership};
+    use crate::installer::host::Host;
+    use crate::installer::state::{ShimState, State};
+
+    fn versioned(active: &str, previous: &[&str]) -> ShimState {
+        ShimState {
+            active: Some(active.into()),
+            previous: previous.iter().map(|p| p.to_string()).collect(),
+            ..recorded("spin", "h")
+        }
+    }
+
+    #[test]
+    fn the_needed_active_and_windowed_versions_are_kept() {
+        let set = desired(vec![shim("spin", "spin"), shim("wasm", "wasm")]);
+        let mut state = State::new();
+        state
+            .shims
+            .insert("spin".into(), versioned("v2", &["v1", "v0", "older"]));
+        let run = run_of(&set, state, &[]);
+        let facts = facts_for(&run, "v3", &[]);
+        let keep = versions_to_keep(&run, &facts.specs, 2);
+        let names = |shim: &str| keep[shim].iter().cloned().collect::<Vec<_>>();
+        assert_eq!(names("spin"), ["v0", "v1", "v2", "v3"]);
+        assert_eq!(names("wasm"), ["v3"]);
+    }
+
+    #[test]
+    fn garbage_collection_removes_what_nobody_needs_and_forgets_what_left_nothing() {
+        let mut bed = Bed::new(node(&[]));
+        for dir in ["v0", "v1", "v2", "v3", "v4", "v5"] {
+            bed.version("spin", dir);
+        }
+        let running = bed
+            .host
+            .start_process(format!("{STATE_DIR}/versions/spin/v5/bin/shim"))
+            .unwrap();
+        bed.version("linked", "v1");
+        bed.version("linked", "v2");
+        bed.link("linked", "v1");
+        let set = desired(vec![shim("spin", "spin")]);
+        let mut state = State::new();
+        state
+            .shims
+            .insert("spin".into(), versioned("v2", &["v1", "gone-already"]));
+        state.shims.insert("linked".into(), recorded("linked", "h"));
+        state.shims.insert("done".into(), recorded("done", "h"));
+        state.shims.insert("owned".into(), recorded("owned", "h"));
+        state.ownership = Ownership {
+            files: vec![OwnedFile {
+                handlers: vec![OwnedHandler {
+                    handler: "owned".into(),
+                    table: KeyPath::default(),
+                    keys: vec![],
+                    runtime_path: String::new(),
+                    managed_key: Default::default(),
+                    runtime_type: String::new(),
+                }],
+                ..OwnedFile::new("/etc/containerd/config.toml", FileRole::Config)
+            }],
+        };
+        let mut run = run_of(&set, state, &[]);
+        let facts = facts_for(&run, "v3", &["linked", "done", "owned"]);
+        let retained = bed.installer.collect_garbage(&mut run, &facts).unwrap();
+
+        assert_eq!(retained, [format!("{STATE_DIR}/versions/spin/v5")]);
+        let left = |shim: &str| {
+            bed.host
+                .list_dir(&bed.installer.settings.layout.versions(shim))
+                .unwrap()
+        };
+        // v3 is needed, v2 active, v1 in the window, v5 running; v0 and v4 go.
+        assert_eq!(left("spin"), ["v1", "v2", "v3", "v5"]);
+        assert_eq!(
+            left("linked"),
+            ["v1"],
+            "pods may still run on the linked version"
+        );
+        let shims = &run.state.shims;
+        assert_eq!(
+            shims["spin"].previous,
+            ["v1"],
+            "the window lists what exists"
+        );
+        assert_eq!(shims["linked"].phase, Phase::Uninstalling);
+        assert_eq!(shims["linked"].previous, ["v1"]);
+        assert_eq!(shims["linked"].active, None);
+        assert!(!shims.contains_key("done"), "nothing left, forgotten");
+        assert_eq!(
+            shims["owned"].phase,
+            Phase::Uninstalling,
+            "still configured"
+        );
+        bed.host.stop_process(running);
+    }
+
+    #[test]
+    fn a_swap_points_the_link_and_records_the_version() {
+        let mut bed = Bed::new(node(&[]));
+        bed.version("spin", "v1");
+        let set = desired(vec![shim("spin", "spin")]);
+        let mut run = run_of(&set, State::new(), &[]);
+        bed.installer.swap(&mut run, "spin", "v1").unwrap();
+        assert_eq!(
+            std::fs::read_link(bed.path(&format!("{STATE_DIR}/current/spin"))).unwrap(),
+            std::path::PathBuf::from("../versions/spin/v1")
+        );
+        assert_eq!(run.state.shims["spin"].active.as_deref(), Some("v1"));
+        assert_eq!(bed.stored(), Some(run.state.clone()));
+
+        bed.installer.unlink("spin").unwrap();
+        assert!(!bed.path(&format!("{STATE_DIR}/current/spin")).exists());
+    }
+
+    #[test]
+    fn a_link_an_earlier_run_swapped_is_recorded_as_active() {
+        let bed = Bed::new(node(&[]));
+        bed.link("spin", "v2");
+        bed.link("wasm", "v1");
+        let set = desired(vec![shim("spin", "spin"), shim("wasm", "wasm")]);
+        let mut run = run_of(&set, State::new(), &[]);
+        let facts = facts_for(&run, "v2", &[]);
+        bed.installer
+            .record_active_versions(&mut run, &facts)
+            .unwrap();
+        assert_eq!(run.state.shims["spin"].active.as_deref(), Some("v2"));
+        assert!(
+            !run.state.shims.contains_key("wasm"),
+            "its link points at another version"
+        );
+    }
+
+    #[tokio::test]
+    async fn nothing_is_fetched_when_nothing_is_staged() {
+        let bed = Bed::new(node(&[]));
+        let set = desired(vec![shim("spin", "spin")]);
+        let mut run = run_of(&set, State::new(), &[]);
+        let facts = facts_for(&run, "v1", &[]);
+        bed.installer
+            .fetch_payloads(&mut run, &facts, &[Step::CollectGarbage])
+            .await
+            .unwrap();
+        assert!(run.fetched.is_none());
+    }
+}

@@ -214,3 +214,169 @@ impl<C: Cluster> Installer<C> {
             .and_then(|result| result)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{Bed, desired, facts_for, node, recorded, run_of, shim, txn};
+    use super::*;
+    use crate::desired_shims::ready_label;
+    use crate::installer::cluster::ClusterEvent;
+    use crate::installer::host::{HostEvent, ScriptedOutcome};
+    use crate::installer::state::{ConfigTxn, Phase, State};
+
+    /// A change for spin journaled and validated.
+    fn journaled() -> State {
+        let mut state = State::new();
+        state
+            .shims
+            .insert("spin".into(), recorded("spin", "earlier"));
+        state.config = Some(ConfigTxn {
+            phase: TxnPhase::Validated,
+            shims: vec!["spin".into()],
+            ..txn()
+        });
+        state
+    }
+
+    /// A node whose spin label says ready.
+    fn bed() -> Bed {
+        Bed::new(node(&[(&ready_label("spin"), "ready")]))
+    }
+
+    #[tokio::test]
+    async fn a_restart_that_fails_twice_is_rolled_back_marked_failed_and_unlabelled() {
+        let mut bed = bed();
+        // Into the change, then back into the old config: both fail.
+        bed.host.script_restarts([
+            ScriptedOutcome::Fail("unit failed".into()),
+            ScriptedOutcome::Fail("still failed".into()),
+        ]);
+        let set = desired(vec![shim("spin", "spin")]);
+        let key = ready_label("spin");
+        let mut run = run_of(&set, journaled(), &[(&key, "ready")]);
+        let err = bed
+            .installer
+            .restart_and_verify(&mut run)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unit failed"), "{err}");
+        assert!(err.contains("did not recover with it either"), "{err}");
+        assert!(err.contains("still failed"), "{err}");
+        assert!(run.state.config.is_none());
+        assert!(run.failed_before());
+        assert_eq!(run.state.shims["spin"].phase, Phase::Failed);
+        assert!(run.state.last_restart.is_some());
+        assert!(!run.labels.contains_key(&key));
+        assert!(!bed.cluster.labels().contains_key(&key));
+        assert_eq!(bed.stored(), Some(run.state.clone()));
+        assert!(bed.cluster.holders().is_empty(), "the slot was released");
+        assert_eq!(bed.host.restarts(), 2);
+    }
+
+    #[tokio::test]
+    async fn an_interrupted_restart_keeps_its_slot() {
+        let mut bed = bed();
+        bed.installer.kill_at(Some(0));
+        let set = desired(vec![shim("spin", "spin")]);
+        let mut run = run_of(&set, journaled(), &[]);
+        let err = bed
+            .installer
+            .restart_and_verify(&mut run)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, InstallerError::Interrupted(0)), "{err}");
+        assert_eq!(bed.cluster.holders().len(), 1);
+        assert_eq!(
+            bed.stored().and_then(|s| s.config).map(|t| t.phase),
+            Some(TxnPhase::Restarting)
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unfinished_rollback_is_finished_with_its_recorded_error() {
+        let mut bed = bed();
+        bed.host
+            .script_restarts([ScriptedOutcome::Fail("no luck".into())]);
+        let set = desired(vec![shim("spin", "spin")]);
+        let mut state = journaled();
+        if let Some(txn) = state.config.as_mut() {
+            txn.phase = TxnPhase::RollingBack {
+                error: "verification failed earlier".into(),
+            };
+        }
+        let mut run = run_of(&set, state, &[]);
+        let err = bed
+            .installer
+            .finish_rollback(&mut run)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("verification failed earlier"), "{err}");
+        assert!(run.state.config.is_none());
+        assert!(bed.cluster.holders().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_verified_node_needs_no_restart() {
+        let mut bed = bed();
+        bed.host.script_verifications([ScriptedOutcome::Succeed]);
+        let set = desired(vec![shim("spin", "spin")]);
+        let mut run = run_of(&set, State::new(), &[]);
+        let facts = facts_for(&run, "v1", &[]);
+        bed.installer
+            .verify_or_repair(&mut run, &facts)
+            .await
+            .unwrap();
+        let hash = &run.selection.shims[0].1;
+        assert!(run.state.shims["spin"].verified_for(hash));
+        assert!(!run.restarted);
+        assert_eq!(bed.host.restarts(), 0);
+        assert_eq!(bed.stored(), Some(run.state.clone()));
+        assert!(bed.cluster.events().is_empty(), "no slot taken");
+    }
+
+    #[tokio::test]
+    async fn a_failed_repair_marks_every_selected_shim_failed() {
+        let mut bed = bed();
+        bed.host
+            .script_verifications([ScriptedOutcome::Fail("runtime spin missing".into())]);
+        bed.host
+            .script_restarts([ScriptedOutcome::Fail("unit failed".into())]);
+        let set = desired(vec![shim("spin", "spin")]);
+        let key = ready_label("spin");
+        let mut run = run_of(&set, State::new(), &[(&key, "ready")]);
+        let facts = facts_for(&run, "v1", &[]);
+        let err = bed
+            .installer
+            .verify_or_repair(&mut run, &facts)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("runtime spin missing; after a restart"),
+            "{err}"
+        );
+        assert!(err.contains("the configuration had not changed"), "{err}");
+        assert!(run.restarted);
+        assert!(run.failed_before());
+        assert!(!bed.cluster.labels().contains_key(&key));
+        let events = bed.cluster.events();
+        assert!(
+            matches!(events.first(), Some(ClusterEvent::Acquired(0))),
+            "{events:?}"
+        );
+        assert!(bed.cluster.holders().is_empty());
+        let host_events = bed.host.events();
+        assert!(
+            matches!(
+                host_events.as_slice(),
+                [
+                    HostEvent::Verify { ok: false, .. },
+                    HostEvent::Restart { ok: false, .. }
+                ]
+            ),
+            "{host_events:?}"
+        );
+    }
+}

@@ -142,3 +142,101 @@ pub(super) fn shim_entry<'s>(
             last_error: None,
         })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{config_plan, desired, owned, recorded, run_of, shim, txn};
+    use super::*;
+
+    #[test]
+    fn a_swap_keeps_the_version_it_replaced_within_the_window() {
+        let set = desired(vec![shim("spin", "spin")]);
+        let mut run = run_of(&set, State::new(), &[]);
+        for dir in ["v1", "v2", "v3", "v4"] {
+            run.record_swap("spin", dir, 2).unwrap();
+        }
+        let entry = &run.state.shims["spin"];
+        assert_eq!(entry.active.as_deref(), Some("v4"));
+        assert_eq!(entry.previous, ["v3", "v2"]);
+        assert_eq!(entry.phase, Phase::Installing);
+
+        // Back to a version in the window: it leaves the window, the one replaced enters it.
+        run.record_swap("spin", "v2", 2).unwrap();
+        assert_eq!(run.state.shims["spin"].previous, ["v4", "v3"]);
+        // The same directory again changes nothing.
+        run.record_swap("spin", "v2", 2).unwrap();
+        assert_eq!(run.state.shims["spin"].previous, ["v4", "v3"]);
+
+        let err = run.record_swap("other", "v1", 2).unwrap_err();
+        assert!(
+            err.to_string().contains("swapped but not selected"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn verification_and_failure_are_recorded_per_selected_shim() {
+        let set = desired(vec![shim("spin", "spin"), shim("wasm", "wasm")]);
+        let mut state = State::new();
+        state
+            .shims
+            .insert("spin".into(), recorded("old-handler", "old"));
+        state.shims.insert("gone".into(), recorded("gone", "g"));
+        let mut run = run_of(&set, state, &[]);
+        let now = jiff::Timestamp::UNIX_EPOCH;
+        run.mark_verified(now);
+        for (shim, hash) in &run.selection.shims {
+            let entry = &run.state.shims[&shim.name];
+            assert!(entry.verified_for(hash), "{}", shim.name);
+            assert_eq!(entry.handler, shim.handler);
+            assert_eq!(entry.verified_at, Some(now));
+        }
+        assert_eq!(run.state.shims["gone"].desired_hash, "g", "not selected");
+
+        run.mark_failed(
+            &["wasm".into(), "gone".into(), "unknown".into()],
+            "boom",
+            now,
+        );
+        let failure = run.state.failure.as_ref().unwrap();
+        assert_eq!(failure.node_hash, run.selection.node_hash);
+        assert_eq!(failure.error, "boom");
+        assert!(run.failed_before());
+        assert_eq!(run.state.shims["spin"].phase, Phase::Active, "untouched");
+        for name in ["wasm", "gone"] {
+            assert_eq!(run.state.shims[name].phase, Phase::Failed, "{name}");
+            assert_eq!(run.state.shims[name].last_error.as_deref(), Some("boom"));
+        }
+        assert!(!run.state.shims.contains_key("unknown"));
+    }
+
+    #[test]
+    fn starting_forgets_an_old_failure_and_adopts_the_planned_record_when_idle() {
+        let set = desired(vec![shim("spin", "spin")]);
+        let mut state = State::new();
+        state.failure = Some(Failure {
+            node_hash: "another set".into(),
+            error: "boom".into(),
+            at: jiff::Timestamp::UNIX_EPOCH,
+        });
+        let mut run = run_of(&set, state, &[]);
+        assert!(!run.failed_before());
+        let mut planned = config_plan(false);
+        planned.ownership = owned("/etc/containerd/config.toml");
+        run.start(&planned);
+        assert!(run.state.failure.is_none());
+        assert_eq!(run.state.ownership, planned.ownership);
+        assert_eq!(run.loaded.failure.as_ref().unwrap().error, "boom");
+
+        // A change to make, or one in flight, keeps the record until the change settles it.
+        let mut changing = run_of(&set, State::new(), &[]);
+        let mut change = config_plan(true);
+        change.ownership = owned("/etc/containerd/config.toml");
+        changing.start(&change);
+        assert!(changing.state.ownership.is_empty());
+        let mut in_flight = run_of(&set, State::new(), &[]);
+        in_flight.state.config = Some(txn());
+        in_flight.start(&planned);
+        assert!(in_flight.state.ownership.is_empty());
+    }
+}

@@ -126,3 +126,124 @@ impl<'a> Selection<'a> {
             .or_else(|| state.shims.get(name).map(|s| s.handler.clone()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{desired, labels, recorded, shim};
+    use super::*;
+    use crate::installer::state::Failure;
+
+    #[test]
+    fn a_shim_applies_where_its_selector_and_pools_match() {
+        let mut gpu = shim("gpu", "gpu");
+        gpu.node_selector = BTreeMap::from([("gpu".into(), "true".into())]);
+        gpu.worker_pools = vec!["pool-a".into(), "pool-b".into()];
+        let plain = shim("spin", "spin");
+
+        let both = labels(&[(WORKER_POOL_LABEL, "pool-b"), ("gpu", "true")]);
+        assert!(selects(&gpu, &both));
+        assert!(selects(&plain, &both));
+        assert!(!selects(
+            &gpu,
+            &labels(&[(WORKER_POOL_LABEL, "pool-c"), ("gpu", "true")])
+        ));
+        assert!(!selects(
+            &gpu,
+            &labels(&[(WORKER_POOL_LABEL, "pool-a"), ("gpu", "no")])
+        ));
+        assert!(!selects(&gpu, &labels(&[("gpu", "true")])), "no pool label");
+        assert!(selects(&plain, &BTreeMap::new()));
+
+        let set = desired(vec![plain, gpu]);
+        let names =
+            |list: Vec<&DesiredShim>| list.iter().map(|s| s.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(select(&set, &both)), ["spin", "gpu"]);
+        assert_eq!(names(select(&set, &BTreeMap::new())), ["spin"]);
+        let mut uninstall = set.clone();
+        uninstall.mode = Mode::Uninstall;
+        assert!(select(&uninstall, &both).is_empty());
+    }
+
+    #[test]
+    fn the_arch_comes_from_the_label_else_from_this_binary() {
+        assert_eq!(
+            node_arch(&labels(&[(ARCH_LABEL, "arm64")])).unwrap(),
+            Arch::Arm64
+        );
+        let err = node_arch(&labels(&[(ARCH_LABEL, "s390x")])).unwrap_err();
+        assert!(err.to_string().contains("s390x"), "{err}");
+        let own = node_arch(&BTreeMap::new());
+        match std::env::consts::ARCH {
+            "x86_64" => assert_eq!(own.unwrap(), Arch::Amd64),
+            "aarch64" => assert_eq!(own.unwrap(), Arch::Arm64),
+            _ => assert!(own.is_err()),
+        }
+    }
+
+    #[test]
+    fn hashes_change_with_the_description_the_arch_and_the_mode() {
+        let spin = shim("spin", "spin");
+        let mut changed = spin.clone();
+        changed.version = "v2".into();
+        assert_eq!(shim_hash(&spin, Arch::Amd64), shim_hash(&spin, Arch::Amd64));
+        assert_ne!(
+            shim_hash(&spin, Arch::Amd64),
+            shim_hash(&changed, Arch::Amd64)
+        );
+        assert_ne!(shim_hash(&spin, Arch::Amd64), shim_hash(&spin, Arch::Arm64));
+
+        let hash = shim_hash(&spin, Arch::Amd64);
+        let one = [(&spin, hash.clone())];
+        assert_eq!(
+            node_hash(Mode::Install, &one, Arch::Amd64),
+            node_hash(Mode::Install, &one, Arch::Amd64)
+        );
+        assert_ne!(
+            node_hash(Mode::Install, &one, Arch::Amd64),
+            node_hash(Mode::Install, &[], Arch::Amd64)
+        );
+        assert_ne!(
+            node_hash(Mode::Install, &[], Arch::Amd64),
+            node_hash(Mode::Uninstall, &[], Arch::Amd64)
+        );
+    }
+
+    #[test]
+    fn a_failure_counts_only_for_the_set_it_was_recorded_for() {
+        let set = desired(vec![shim("spin", "spin")]);
+        let selection = Selection::new(&set, &labels(&[(ARCH_LABEL, "amd64")])).unwrap();
+        assert_eq!(selection.shims.len(), 1);
+        assert!(selection.contains("spin") && !selection.contains("wasm"));
+
+        let mut state = State::new();
+        assert!(!selection.failed_before(&state));
+        state.failure = Some(Failure {
+            node_hash: selection.node_hash.clone(),
+            error: "boom".into(),
+            at: jiff::Timestamp::UNIX_EPOCH,
+        });
+        assert!(selection.failed_before(&state));
+        let other = desired(vec![shim("spin", "spin"), shim("wasm", "wasm")]);
+        let other = Selection::new(&other, &labels(&[(ARCH_LABEL, "amd64")])).unwrap();
+        assert!(!other.failed_before(&state));
+    }
+
+    #[test]
+    fn a_gone_shim_is_known_by_its_recorded_handler() {
+        let set = desired(vec![shim("spin", "spin-handler")]);
+        let selection = Selection::new(&set, &labels(&[(ARCH_LABEL, "amd64")])).unwrap();
+        let mut state = State::new();
+        state
+            .shims
+            .insert("old".into(), recorded("old-handler", "h"));
+        assert_eq!(
+            selection.handler_of("spin", &state).as_deref(),
+            Some("spin-handler")
+        );
+        assert_eq!(
+            selection.handler_of("old", &state).as_deref(),
+            Some("old-handler")
+        );
+        assert_eq!(selection.handler_of("none", &state), None);
+    }
+}

@@ -337,3 +337,294 @@ fn mode_of(host: &dyn Host, path: &Path) -> u32 {
         .flatten()
         .map_or(0o644, |info| info.mode)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::super::test_support::{
+        Bed, STATE_DIR, desired, facts_for, node, owned, recorded, run_of, shim,
+    };
+    use super::*;
+    use crate::installer::containerd::{
+        Backup, ContainerdVersion, FileDelete, FileWrite, ScratchFile, Validation,
+    };
+    use crate::installer::state::ShimState;
+
+    const CONFIG: &str = "/etc/containerd/config.toml";
+    const DROP_IN: &str = "/etc/containerd/conf.d/50-containerd-shim.toml";
+    const OLD: &str = "/etc/containerd/old.toml";
+
+    /// Edits the config, creates a drop-in in a new directory, deletes a file, backs up the
+    /// config.
+    fn change() -> Plan {
+        Plan {
+            target: None,
+            backups: vec![Backup {
+                source: CONFIG.into(),
+                destination: format!("{CONFIG}.bak").into(),
+                content: "original".into(),
+            }],
+            writes: vec![
+                FileWrite {
+                    path: CONFIG.into(),
+                    content: "edited".into(),
+                    previous: Some("original".into()),
+                },
+                FileWrite {
+                    path: DROP_IN.into(),
+                    content: "ours".into(),
+                    previous: None,
+                },
+            ],
+            deletes: vec![FileDelete {
+                path: OLD.into(),
+                previous: "old".into(),
+            }],
+            validation: None,
+            ownership: owned(DROP_IN),
+            changed: true,
+        }
+    }
+
+    #[test]
+    fn the_preflight_names_every_directory_written_and_why() {
+        let mut plan = change();
+        plan.validation = Some(Validation {
+            containerd: ContainerdVersion::new(2, 1, 0),
+            config: "/tmp/scratch.toml".into(),
+            scratch: Some(ScratchFile {
+                path: "/tmp/scratch.toml".into(),
+                content: String::new(),
+            }),
+            present: vec![],
+            absent: vec![],
+            recorded: vec![],
+            baseline: None,
+        });
+        let dirs: Vec<(String, String)> = written_dirs(&Layout::new(STATE_DIR), &plan)
+            .into_iter()
+            .map(|(dir, why)| (dir.display().to_string(), why))
+            .collect();
+        let expect = [
+            (
+                STATE_DIR,
+                "its state file and the shim binaries".to_string(),
+            ),
+            ("/etc/containerd", format!("containerd config {CONFIG}")),
+            (
+                "/etc/containerd/conf.d",
+                format!("containerd config {DROP_IN}"),
+            ),
+            ("/etc/containerd", format!("(remove) {OLD}")),
+            ("/etc/containerd", format!("the backup {CONFIG}.bak")),
+            ("/tmp", "the validation file /tmp/scratch.toml".to_string()),
+        ]
+        .map(|(dir, why)| (dir.to_string(), why));
+        assert_eq!(dirs, expect);
+
+        let bed = Bed::new(node(&[]));
+        bed.installer.preflight(&plan).unwrap();
+        bed.host.set_read_only("/etc/containerd");
+        let err = bed.installer.preflight(&plan).unwrap_err().to_string();
+        assert!(err.contains(CONFIG), "{err}");
+    }
+
+    #[test]
+    fn a_change_touches_unverified_and_gone_shims_and_is_recorded_as_in_flight() {
+        let set = desired(vec![shim("spin", "spin"), shim("wasm", "wasm")]);
+        let mut run = run_of(&set, State::new(), &[]);
+        let hash = run.selection.find("spin").unwrap().1.clone();
+        run.state
+            .shims
+            .insert("spin".into(), recorded("spin", &hash));
+        run.state.shims.insert("gone".into(), recorded("gone", "g"));
+        run.state.ownership = owned(CONFIG);
+        let gone = ["gone".to_string()];
+        assert_eq!(
+            touched_shims(&run.selection, &run.state, &gone),
+            ["wasm", "gone"]
+        );
+
+        record_change(&mut run.state, &run.selection, &owned(DROP_IN), &gone);
+        assert_eq!(run.state.ownership, owned(CONFIG).union(&owned(DROP_IN)));
+        assert_eq!(run.state.shims["spin"].phase, Phase::Active, "verified");
+        assert_eq!(run.state.shims["wasm"].phase, Phase::Installing);
+        assert_eq!(run.state.shims["gone"].phase, Phase::Uninstalling);
+    }
+
+    #[test]
+    fn the_journal_holds_the_content_before_the_first_write_of_the_change() {
+        let mut bed = Bed::new(node(&[]));
+        bed.write(CONFIG, "original");
+        bed.write(OLD, "old");
+        bed.write(&format!("{CONFIG}.bak"), "an older backup");
+        bed.link("spin", "v1");
+        let set = desired(vec![shim("spin", "spin"), shim("wasm", "wasm")]);
+        let mut run = run_of(&set, State::new(), &[]);
+        let mut facts = facts_for(&run, "v2", &[]);
+        facts.config = change();
+        bed.installer.begin_config(&mut run, &facts).unwrap();
+
+        let txn = run.state.config.clone().unwrap();
+        let rollback: Vec<(String, Option<&str>)> = txn
+            .rollback
+            .iter()
+            .map(|r| (r.path.display().to_string(), r.content.as_deref()))
+            .collect();
+        assert_eq!(
+            rollback,
+            [
+                (format!("{CONFIG}.bak"), Some("an older backup")),
+                (CONFIG.to_string(), Some("original")),
+                (DROP_IN.to_string(), None),
+                (OLD.to_string(), Some("old")),
+            ]
+        );
+        assert_eq!(txn.created_dirs, [PathBuf::from("/etc/containerd/conf.d")]);
+        assert_eq!(
+            txn.symlinks,
+            BTreeMap::from([
+                (
+                    "spin".to_string(),
+                    Some(PathBuf::from("../versions/spin/v1"))
+                ),
+                ("wasm".to_string(), None),
+            ])
+        );
+        assert_eq!(txn.shims, ["spin", "wasm"]);
+        assert_eq!(txn.ownership_after, owned(DROP_IN));
+        assert_eq!(bed.stored(), Some(run.state.clone()));
+
+        // Resumed after a crash with part of the change written: the journal keeps the bytes
+        // from before the change began.
+        std::fs::write(bed.path(CONFIG), "edited").unwrap();
+        facts.config.writes[0].previous = Some("edited".into());
+        bed.installer.begin_config(&mut run, &facts).unwrap();
+        let again = run.state.config.clone().unwrap();
+        assert_eq!(again.rollback, txn.rollback);
+        assert_eq!(again.started_at, txn.started_at);
+    }
+
+    #[test]
+    fn restoring_puts_back_files_directories_and_symlinks() {
+        let mut bed = Bed::new(node(&[]));
+        bed.write(CONFIG, "original");
+        std::fs::set_permissions(bed.path(CONFIG), std::fs::Permissions::from_mode(0o600)).unwrap();
+        bed.write(OLD, "old");
+        bed.link("spin", "v1");
+        let set = desired(vec![shim("spin", "spin"), shim("wasm", "wasm")]);
+        let mut run = run_of(&set, State::new(), &[]);
+        let mut facts = facts_for(&run, "v2", &[]);
+        facts.config = change();
+        bed.installer.begin_config(&mut run, &facts).unwrap();
+        let before = bed.tree();
+
+        bed.installer.write_config(&facts.config).unwrap();
+        assert_eq!(bed.read(CONFIG).as_deref(), Some("edited"));
+        assert_eq!(bed.read(DROP_IN).as_deref(), Some("ours"));
+        assert_eq!(
+            bed.read(&format!("{CONFIG}.bak")).as_deref(),
+            Some("original")
+        );
+        assert_eq!(bed.read(OLD), None);
+        let host = bed.host.clone();
+        let mode = move |path: &str| {
+            std::fs::metadata(host.path(path))
+                .unwrap()
+                .permissions()
+                .mode()
+        };
+        assert_eq!(mode(CONFIG) & 0o777, 0o600, "an edit keeps the mode");
+        crate::installer::payload::swap(&*bed.host, &bed.installer.settings.layout, "spin", "v2")
+            .unwrap();
+        crate::installer::payload::swap(&*bed.host, &bed.installer.settings.layout, "wasm", "v2")
+            .unwrap();
+
+        bed.installer
+            .restore_files(run.state.config.as_ref().unwrap())
+            .unwrap();
+        assert_eq!(bed.tree(), before);
+        assert_eq!(bed.read(CONFIG).as_deref(), Some("original"));
+        assert_eq!(mode(CONFIG) & 0o777, 0o600);
+        assert_eq!(bed.read(OLD).as_deref(), Some("old"));
+        assert_eq!(
+            std::fs::read_link(bed.path(&format!("{STATE_DIR}/current/spin"))).unwrap(),
+            PathBuf::from("../versions/spin/v1")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_config_that_fails_validation_is_restored_and_the_set_marked_failed() {
+        let mut bed = Bed::new(node(&[]));
+        bed.write(CONFIG, "original");
+        let set = desired(vec![shim("spin", "spin")]);
+        let mut run = run_of(&set, State::new(), &[]);
+        let mut facts = facts_for(&run, "v1", &[]);
+        facts.config = change();
+        facts.config.validation = Some(Validation {
+            containerd: ContainerdVersion::new(2, 1, 0),
+            config: CONFIG.into(),
+            scratch: None,
+            present: vec![],
+            absent: vec![],
+            recorded: vec![],
+            baseline: None,
+        });
+        bed.installer.begin_config(&mut run, &facts).unwrap();
+        bed.installer.write_config(&facts.config).unwrap();
+
+        // The host's containerd binary does not exist, so the dump fails.
+        let err = bed
+            .installer
+            .validate(&mut run)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("config dump"), "{err}");
+        assert_eq!(bed.read(CONFIG).as_deref(), Some("original"));
+        assert_eq!(bed.read(DROP_IN), None);
+        assert!(run.state.config.is_none());
+        assert!(run.state.ownership.is_empty());
+        assert!(run.failed_before());
+        let spin: &ShimState = &run.state.shims["spin"];
+        assert_eq!(spin.phase, Phase::Failed);
+        assert_eq!(bed.stored(), Some(run.state.clone()));
+    }
+
+    #[tokio::test]
+    async fn a_change_without_validation_is_validated_as_is() {
+        let mut bed = Bed::new(node(&[]));
+        let set = desired(vec![shim("spin", "spin")]);
+        let mut run = run_of(&set, State::new(), &[]);
+        bed.installer.validate(&mut run).await.unwrap();
+        assert!(
+            run.state.config.is_none(),
+            "nothing journaled, nothing to do"
+        );
+
+        let facts = facts_for(&run, "v1", &[]);
+        bed.installer.begin_config(&mut run, &facts).unwrap();
+        bed.installer.validate(&mut run).await.unwrap();
+        assert_eq!(
+            run.state.config.as_ref().map(|t| &t.phase),
+            Some(&TxnPhase::Validated)
+        );
+    }
+
+    #[test]
+    fn created_directories_go_once_nothing_of_ours_is_configured() {
+        let bed = Bed::new(node(&[]));
+        std::fs::create_dir_all(bed.path("/etc/containerd/conf.d")).unwrap();
+        let mut state = State::new();
+        state.created_dirs = vec!["/etc/containerd/conf.d".into()];
+        state.ownership = owned(DROP_IN);
+        bed.installer.remove_created_dirs(&mut state).unwrap();
+        assert!(bed.path("/etc/containerd/conf.d").exists(), "still ours");
+
+        state.ownership = Ownership::default();
+        bed.installer.remove_created_dirs(&mut state).unwrap();
+        assert!(!bed.path("/etc/containerd/conf.d").exists());
+        assert!(state.created_dirs.is_empty());
+    }
+}
