@@ -177,7 +177,7 @@ fn main() -> ExitCode {
                 println!("{message}");
                 Ok(())
             }
-            Err(message) => Err(message),
+            Err(err) => Err(err.to_string()),
         },
         Command::CopySelf { to } => copy_self(&to),
         Command::Stage { to, files } => stage(&to, &files),
@@ -280,6 +280,7 @@ fn downloader(node: &NodeArgs) -> Result<Downloader, String> {
         extra_roots_pem,
         ..DownloadConfig::default()
     })
+    .map_err(|err| err.to_string())
 }
 
 async fn kube_cluster(node: &NodeArgs) -> Result<KubeCluster, String> {

@@ -12,6 +12,7 @@ use crate::installer::containerd::{
     locate, plan_install, plan_install_keeping, plan_uninstall,
 };
 use crate::installer::error::InstallerError;
+use crate::installer::host::HostError;
 use crate::installer::payload::{self, Installed, PayloadSpec, inspect};
 use crate::installer::plan::{GoneFacts, PlanInput, ShimFacts};
 use crate::installer::state::{Phase, State, TxnPhase};
@@ -41,13 +42,10 @@ impl Facts {
 impl<C: Cluster> Installer<C> {
     /// Reads everything the plan depends on; changes nothing.
     pub(super) fn gather(&self, run: &Run<'_>) -> Result<Facts, InstallerError> {
-        let version_text =
-            self.host
-                .containerd_version()
-                .map_err(|message| InstallerError::Command {
-                    command: "containerd --version".into(),
-                    message,
-                })?;
+        let version_text = self
+            .host
+            .containerd_version()
+            .map_err(|err| InstallerError::command("containerd --version", err))?;
         let containerd = ContainerdVersion::parse(&version_text)?;
         containerd.ensure_supported()?;
         let (specs, runtimes) = self.resolve_payloads(&run.selection, containerd)?;
@@ -181,19 +179,15 @@ impl<C: Cluster> Installer<C> {
                 .map_err(|err| InstallerError::host("remove", &dumped, err))?;
         }
         let command = format!("containerd --config {} config dump", dumped.display());
-        let output = output.map_err(|message| InstallerError::Command {
-            command: command.clone(),
-            message,
-        })?;
+        let output = output.map_err(|err| InstallerError::command(command.clone(), err))?;
         if output.exit_code != Some(0) {
-            return Err(InstallerError::Command {
+            return Err(InstallerError::command(
                 command,
-                message: format!(
-                    "the configuration as it is now does not load (exit code {:?}): {}",
-                    output.exit_code,
-                    output.stderr.trim()
-                ),
-            });
+                HostError::ConfigDoesNotLoad {
+                    exit_code: output.exit_code,
+                    stderr: output.stderr.trim().to_string(),
+                },
+            ));
         }
         Ok(Some((config, output.stdout)))
     }
@@ -252,10 +246,7 @@ impl<C: Cluster> Installer<C> {
             let in_use = match run.selection.handler_of(name, &run.state) {
                 Some(handler) if linked => host
                     .sandboxes_with_handler(&handler)
-                    .map_err(|message| InstallerError::Command {
-                        command: "crictl pods".into(),
-                        message,
-                    })?
+                    .map_err(|err| InstallerError::command("crictl pods", err))?
                     .unwrap_or(0),
                 _ => 0,
             };

@@ -4,7 +4,8 @@
 
 use crate::installer::cluster::Cluster;
 use crate::installer::containerd::ExpectedRuntime;
-use crate::installer::error::InstallerError;
+use crate::installer::error::{InstallerError, RestartError};
+use crate::installer::host::HostError;
 use crate::installer::state::TxnPhase;
 
 use super::Installer;
@@ -39,10 +40,10 @@ impl<C: Cluster> Installer<C> {
         txn.phase = TxnPhase::Restarting;
         let runtimes = txn.runtimes.clone();
         self.store(&run.state)?;
-        let restarted = self.restart().await;
+        let restarted = self.restart().await.map_err(RestartError::Restart);
         self.checkpoint()?;
         let verified = match restarted {
-            Ok(()) => self.verify(runtimes).await,
+            Ok(()) => self.verify(runtimes).await.map_err(RestartError::Verify),
             Err(err) => Err(err),
         };
         match verified {
@@ -60,7 +61,7 @@ impl<C: Cluster> Installer<C> {
                 run.mark_verified(self.host.now());
                 self.store(&run.state)
             }
-            Err(error) => self.roll_back(run, error).await,
+            Err(error) => self.roll_back(run, error.to_string()).await,
         }
     }
 
@@ -101,7 +102,7 @@ impl<C: Cluster> Installer<C> {
                     .cluster
                     .acquire_restart_slot(run.selection.desired.rollout.max_concurrent_restarts)
                     .await?;
-                let result = self.repair_restart(run, facts, &first).await;
+                let result = self.repair_restart(run, facts, first).await;
                 self.cluster.release_restart_slot(slot).await?;
                 result
             }
@@ -127,13 +128,9 @@ impl<C: Cluster> Installer<C> {
             .handlers()
             .map(ExpectedRuntime::owned)
             .collect();
-        let rollback = match self.restart_into(before).await {
-            Ok(()) => String::new(),
-            Err(err) => format!(", but containerd did not recover with it either: {err}"),
-        };
         let failure = InstallerError::RestartFailed {
             verify: error,
-            rollback,
+            rollback: self.restart_into(before).await.err().map(Box::new),
         };
         run.state.config = None;
         run.state.last_restart = Some(self.host.now());
@@ -154,7 +151,7 @@ impl<C: Cluster> Installer<C> {
         &mut self,
         run: &mut Run<'_>,
         facts: &Facts,
-        first: &str,
+        first: HostError,
     ) -> Result<(), InstallerError> {
         match self.restart_into(facts.runtimes_expected()).await {
             Ok(()) => {
@@ -163,10 +160,10 @@ impl<C: Cluster> Installer<C> {
                 run.mark_verified(now);
                 self.store(&run.state)
             }
-            Err(err) => {
-                let failure = InstallerError::RestartFailed {
-                    verify: format!("{first}; after a restart: {err}"),
-                    rollback: " (the configuration had not changed)".into(),
+            Err(restart) => {
+                let failure = InstallerError::RepairFailed {
+                    verify: Box::new(first),
+                    restart: Box::new(restart),
                 };
                 let names: Vec<String> = run
                     .selection
@@ -190,27 +187,24 @@ impl<C: Cluster> Installer<C> {
     }
 
     /// Restarts containerd and, when it came back, verifies it serves exactly `runtimes`.
-    async fn restart_into(&mut self, runtimes: Vec<ExpectedRuntime>) -> Result<(), String> {
-        match self.restart().await {
-            Ok(()) => self.verify(runtimes).await,
-            Err(err) => Err(err),
-        }
+    async fn restart_into(&mut self, runtimes: Vec<ExpectedRuntime>) -> Result<(), RestartError> {
+        self.restart().await.map_err(RestartError::Restart)?;
+        self.verify(runtimes).await.map_err(RestartError::Verify)
     }
 
-    async fn restart(&mut self) -> Result<(), String> {
+    async fn restart(&mut self) -> Result<(), HostError> {
         let host = self.host.clone();
         tokio::task::spawn_blocking(move || host.restart_containerd())
             .await
-            .map_err(|err| err.to_string())
+            .map_err(HostError::Aborted)
             .and_then(|result| result)
-            .map_err(|err| format!("restarting containerd: {err}"))
     }
 
-    async fn verify(&mut self, runtimes: Vec<ExpectedRuntime>) -> Result<(), String> {
+    async fn verify(&mut self, runtimes: Vec<ExpectedRuntime>) -> Result<(), HostError> {
         let host = self.host.clone();
         tokio::task::spawn_blocking(move || host.verify_containerd(&runtimes))
             .await
-            .map_err(|err| err.to_string())
+            .map_err(HostError::Aborted)
             .and_then(|result| result)
     }
 }
@@ -258,8 +252,13 @@ mod tests {
             .installer
             .restart_and_verify(&mut run)
             .await
-            .unwrap_err()
-            .to_string();
+            .unwrap_err();
+        assert!(
+            matches!(&err, InstallerError::RestartFailed { rollback: Some(rollback), .. }
+                if matches!(**rollback, RestartError::Restart(HostError::Scripted(_)))),
+            "{err:?}"
+        );
+        let err = err.to_string();
         assert!(err.contains("unit failed"), "{err}");
         assert!(err.contains("did not recover with it either"), "{err}");
         assert!(err.contains("still failed"), "{err}");
@@ -351,8 +350,13 @@ mod tests {
             .installer
             .verify_or_repair(&mut run, &facts)
             .await
-            .unwrap_err()
-            .to_string();
+            .unwrap_err();
+        assert!(
+            matches!(&err, InstallerError::RepairFailed { restart, .. }
+                if matches!(**restart, RestartError::Restart(_))),
+            "{err:?}"
+        );
+        let err = err.to_string();
         assert!(
             err.contains("runtime spin missing; after a restart"),
             "{err}"

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use crate::installer::cluster::Cluster;
 use crate::installer::containerd::{Ownership, Plan};
 use crate::installer::error::InstallerError;
-use crate::installer::host::Host;
+use crate::installer::host::{Host, HostError};
 use crate::installer::payload::{self, Layout};
 use crate::installer::state::{ConfigTxn, Phase, RollbackFile, State, TxnPhase};
 
@@ -116,21 +116,22 @@ impl<C: Cluster> Installer<C> {
             let dump_host = host.clone();
             let output = tokio::task::spawn_blocking(move || dump_host.config_dump(&config))
                 .await
-                .map_err(|err| InstallerError::Command {
-                    command: "containerd config dump".into(),
-                    message: err.to_string(),
+                .map_err(|err| {
+                    InstallerError::command("containerd config dump", HostError::Aborted(err))
                 })?;
             if let Some(scratch) = &validation.scratch {
                 host.remove_file(&scratch.path)
                     .map_err(|err| InstallerError::host("remove", &scratch.path, err))?;
             }
             let checked = output
-                .map_err(|message| InstallerError::Command {
-                    command: format!(
-                        "containerd --config {} config dump",
-                        validation.config.display()
-                    ),
-                    message,
+                .map_err(|err| {
+                    InstallerError::command(
+                        format!(
+                            "containerd --config {} config dump",
+                            validation.config.display()
+                        ),
+                        err,
+                    )
                 })
                 .and_then(|output| validation.check(&output).map_err(InstallerError::from));
             if let Err(err) = checked {

@@ -21,7 +21,7 @@ use crate::installer::digest::sha256_hex;
 use crate::installer::error::InstallerError;
 use crate::installer::host::{FileKind, Host, RunningExe};
 
-pub use download::{DownloadConfig, Downloader};
+pub use download::{DownloadConfig, DownloadError, Downloader};
 pub use layout::{Layout, MANIFEST, STAGING_SUFFIX};
 pub use spec::{DigestCache, FileSource, PayloadFile, PayloadSpec, resolve};
 
@@ -326,10 +326,10 @@ async fn fetch_file(
                 )));
             };
             let open = || host.create_file(path, file.mode);
-            let done = downloader.download(url, &open).await.map_err(|message| {
+            let done = downloader.download(url, &open).await.map_err(|source| {
                 InstallerError::Download {
                     url: url.clone(),
-                    message,
+                    source,
                 }
             })?;
             (done.sha256, done.bytes)
