@@ -178,7 +178,7 @@ fn main() -> ExitCode {
                 println!("{message}");
                 Ok(())
             }
-            Err(message) => Err(message),
+            Err(err) => Err(err.to_string()),
         },
         Command::CopySelf { to } => copy_self(&to),
         Command::Stage { to, files } => stage(&to, &files),
@@ -281,6 +281,7 @@ fn downloader(node: &NodeArgs) -> Result<Downloader, String> {
         extra_roots_pem,
         ..DownloadConfig::default()
     })
+    .map_err(|err| err.to_string())
 }
 
 /// The installer's name in its User-Agent.

@@ -19,8 +19,8 @@ use crate::desired_shims::{DesiredShims, Mode};
 
 use super::cluster::Cluster;
 use super::converge::Installer;
+use super::digest::sha256_hex;
 use super::error::InstallerError;
-use super::payload::spec::sha256_hex;
 use super::status::NodeStatus;
 
 /// Where the daemon reads and writes.

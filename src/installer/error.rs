@@ -5,6 +5,8 @@
 use std::path::PathBuf;
 
 use super::containerd::ConfigError;
+use super::host::HostError;
+use super::payload::DownloadError;
 
 /// Why a converge run stopped.
 #[derive(Debug, thiserror::Error)]
@@ -30,8 +32,12 @@ pub enum InstallerError {
         reason: String,
     },
 
-    #[error("host command `{command}` failed: {message}")]
-    Command { command: String, message: String },
+    #[error("host command `{command}` failed: {source}")]
+    Command {
+        command: String,
+        #[source]
+        source: Box<HostError>,
+    },
 
     #[error(
         "shim {shim}: binary {binary} from {source_desc} has sha256 {actual}, expected {expected}; \
@@ -52,8 +58,12 @@ pub enum InstallerError {
         message: String,
     },
 
-    #[error("download of {url} failed: {message}")]
-    Download { url: String, message: String },
+    #[error("download of {url} failed: {source}")]
+    Download {
+        url: String,
+        #[source]
+        source: DownloadError,
+    },
 
     #[error("shim {shim}: {message}")]
     InvalidShim { shim: String, message: String },
@@ -64,20 +74,71 @@ pub enum InstallerError {
     #[error("state file {path}: {message}")]
     State { path: PathBuf, message: String },
 
+    #[error("Kubernetes API: {action}: {source}")]
+    Kube {
+        action: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+
     #[error("Kubernetes API: {0}")]
     Cluster(String),
 
     #[error(
         "containerd did not come back healthy with the new configuration: {verify}; the previous \
-         configuration was restored{rollback}"
+         configuration was restored{}",
+        not_recovered(.rollback)
     )]
-    RestartFailed { verify: String, rollback: String },
+    RestartFailed {
+        /// Why the new configuration failed. Text, because an interrupted rollback records it
+        /// in the state file and the next run finishes the rollback with it.
+        verify: String,
+        /// Why containerd did not come back with the restored configuration either.
+        #[source]
+        rollback: Option<Box<RestartError>>,
+    },
+
+    #[error(
+        "containerd did not come back healthy: {verify}; after a restart: {restart} (the \
+         configuration had not changed)"
+    )]
+    RepairFailed {
+        verify: Box<HostError>,
+        #[source]
+        restart: Box<RestartError>,
+    },
 
     #[error("run interrupted at step {0} (fault injection)")]
     Interrupted(usize),
 }
 
+/// Why containerd did not serve again after a restart.
+#[derive(Debug, thiserror::Error)]
+pub enum RestartError {
+    #[error("restarting containerd: {0}")]
+    Restart(#[source] HostError),
+
+    /// It restarted but does not serve the expected runtimes.
+    #[error(transparent)]
+    Verify(HostError),
+}
+
+fn not_recovered(rollback: &Option<Box<RestartError>>) -> String {
+    match rollback {
+        None => String::new(),
+        Some(err) => format!(", but containerd did not recover with it either: {err}"),
+    }
+}
+
 impl InstallerError {
+    /// Wraps the failure of a host command with the command as the operator would run it.
+    pub fn command(command: impl Into<String>, source: HostError) -> Self {
+        InstallerError::Command {
+            command: command.into(),
+            source: Box::new(source),
+        }
+    }
+
     /// Wraps an I/O error of a host operation with what was attempted where.
     pub fn host(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         InstallerError::Host {

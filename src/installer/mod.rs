@@ -5,6 +5,7 @@
 //! - [`host`]: the one trait through which everything touches the node, with the real node and
 //!   a temporary-directory test host;
 //! - [`containerd`]: the containerd configuration engine (pure planning of config edits);
+//! - [`digest`]: sha256 of bytes and of files, shared by everything that hashes;
 //! - [`payload`]: versioned shim directories, downloads, the stable symlink, garbage collection;
 //! - [`state`]: the on-host state file every run resumes from;
 //! - [`plan`]: the pure decision of which steps a node needs;
@@ -16,6 +17,7 @@ pub mod cluster;
 pub mod containerd;
 pub mod converge;
 pub mod daemon;
+pub mod digest;
 pub mod error;
 pub mod host;
 pub mod node;

@@ -73,7 +73,10 @@ impl Drop for KubeSlot {
 }
 
 fn kube_error(what: &str, err: kube::Error) -> InstallerError {
-    InstallerError::Cluster(format!("{what}: {err}"))
+    InstallerError::Kube {
+        action: what.to_string(),
+        source: Box::new(err),
+    }
 }
 
 fn is_status(err: &kube::Error, code: u16) -> bool {

@@ -4,7 +4,7 @@
 //! install, when everything of ours is removed), so a bad version stops the DaemonSet rollout on
 //! the first node it breaks.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -13,6 +13,30 @@ use std::collections::BTreeMap;
 use crate::desired_shims::{FAILURE_MESSAGE_MAX, Mode, NODE_FAILURE};
 
 use super::state::Phase;
+
+/// Why the readiness probe fails; its message is what the kubelet records for the probe.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("{}: {source}", .path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("{}: {source}", .path.display())]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+
+    #[error("not ready: {message}")]
+    NotReady { message: String },
+
+    #[error("the desired shim set changed; not verified yet")]
+    DesiredChanged,
+}
 
 /// File name of the status file in the status directory.
 pub const STATUS_FILE: &str = "status.json";
@@ -104,24 +128,35 @@ impl NodeStatus {
         failures
     }
 
-    pub fn read(path: &Path) -> Result<NodeStatus, String> {
-        let bytes = std::fs::read(path).map_err(|err| format!("{}: {err}", path.display()))?;
-        serde_json::from_slice(&bytes).map_err(|err| format!("{}: {err}", path.display()))
+    pub fn read(path: &Path) -> Result<NodeStatus, ProbeError> {
+        let bytes = std::fs::read(path).map_err(|source| ProbeError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        serde_json::from_slice(&bytes).map_err(|source| ProbeError::Parse {
+            path: path.to_path_buf(),
+            source,
+        })
     }
 }
 
 /// The readiness decision: ready, and computed from the desired set that is mounted now (a
 /// status of an older set does not count).
-pub fn probe(status_file: &Path, desired_file: &Path) -> Result<String, String> {
+pub fn probe(status_file: &Path, desired_file: &Path) -> Result<String, ProbeError> {
     let status = NodeStatus::read(status_file)?;
     if !status.ready {
-        return Err(format!("not ready: {}", status.message));
+        return Err(ProbeError::NotReady {
+            message: status.message,
+        });
     }
     let current = std::fs::read(desired_file)
-        .map(|bytes| super::payload::spec::sha256_hex(&bytes))
-        .map_err(|err| format!("{}: {err}", desired_file.display()))?;
+        .map(|bytes| super::digest::sha256_hex(&bytes))
+        .map_err(|source| ProbeError::Read {
+            path: desired_file.to_path_buf(),
+            source,
+        })?;
     if status.desired_file_sha256.as_deref() != Some(current.as_str()) {
-        return Err("the desired shim set changed; not verified yet".into());
+        return Err(ProbeError::DesiredChanged);
     }
     Ok(status.message)
 }
@@ -136,27 +171,28 @@ mod tests {
         let status_file = dir.path().join("run/status.json");
         let desired = dir.path().join("desired.json");
         std::fs::write(&desired, "{}").unwrap();
-        assert!(probe(&status_file, &desired).is_err());
+        assert!(matches!(
+            probe(&status_file, &desired),
+            Err(ProbeError::Read { path, .. }) if path == status_file
+        ));
 
         let mut status = NodeStatus::error(Mode::Install, "boom".into());
         status.write(&status_file).unwrap();
         assert_eq!(
-            probe(&status_file, &desired).unwrap_err(),
+            probe(&status_file, &desired).unwrap_err().to_string(),
             "not ready: boom"
         );
 
         status.ready = true;
         status.message = "2 shims verified".into();
-        status.desired_file_sha256 = Some(super::super::payload::spec::sha256_hex(b"{}"));
+        status.desired_file_sha256 = Some(super::super::digest::sha256_hex(b"{}"));
         status.write(&status_file).unwrap();
         assert_eq!(probe(&status_file, &desired).unwrap(), "2 shims verified");
 
         std::fs::write(&desired, "{ }").unwrap();
-        assert!(
-            probe(&status_file, &desired)
-                .unwrap_err()
-                .contains("changed")
-        );
+        let err = probe(&status_file, &desired).unwrap_err();
+        assert!(matches!(err, ProbeError::DesiredChanged), "{err}");
+        assert!(err.to_string().contains("changed"), "{err}");
     }
 }
 

@@ -11,9 +11,11 @@ use gardener_extension_containerd_shim::desired_shims::{
 };
 use gardener_extension_containerd_shim::installer::InstallerError;
 use gardener_extension_containerd_shim::installer::converge::{Installer, Settings};
+use gardener_extension_containerd_shim::installer::digest::sha256_hex;
 use gardener_extension_containerd_shim::installer::host::{Host, TestHost};
-use gardener_extension_containerd_shim::installer::payload::spec::sha256_hex;
-use gardener_extension_containerd_shim::installer::payload::{DownloadConfig, Downloader};
+use gardener_extension_containerd_shim::installer::payload::{
+    DownloadConfig, DownloadError, Downloader,
+};
 
 use crate::support::https::{Reply, Server, serve};
 use crate::support::installer::{STATE_DIR, TestNode, corpus, desired, diff, spin};
@@ -51,7 +53,11 @@ async fn routes() -> Server {
 }
 
 /// Downloads into a file of a test host and returns (result, file content).
-async fn fetch(server: &Server, path: &str, max: u64) -> (Result<String, String>, Option<Vec<u8>>) {
+async fn fetch(
+    server: &Server,
+    path: &str,
+    max: u64,
+) -> (Result<String, DownloadError>, Option<Vec<u8>>) {
     let dir = tempfile::tempdir().unwrap();
     let host = TestHost::new(dir.path(), "/nonexistent");
     let file = std::path::Path::new("/download");
@@ -77,16 +83,37 @@ async fn downloads_verify_retry_and_stay_bounded() {
 
     // A 404 is not retried.
     let (result, _) = fetch(&server, "/gone", 1024).await;
-    assert!(result.unwrap_err().contains("404"));
+    let err = result.unwrap_err();
+    assert!(
+        matches!(&err, DownloadError::Status { status } if status.as_u16() == 404),
+        "{err}"
+    );
+    assert!(err.to_string().contains("404"), "{err}");
     assert_eq!(server.hits("/gone"), 1);
 
     // Too large: refused from the announced length, not retried.
     let (result, _) = fetch(&server, "/huge", 1024).await;
-    assert!(result.unwrap_err().contains("more than the limit of 1024"));
+    let err = result.unwrap_err();
+    assert!(
+        matches!(err, DownloadError::TooLarge { max: 1024, .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("more than the limit of 1024"),
+        "{err}"
+    );
     assert_eq!(server.hits("/huge"), 1);
     // A body over the bound (without an announced length check passing) is refused too.
     let (result, _) = fetch(&server, "/shim", 8).await;
-    assert!(result.unwrap_err().contains("limit of 8"));
+    let err = result.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            DownloadError::TooLarge { max: 8, .. } | DownloadError::BodyTooLarge { max: 8 }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("limit of 8"), "{err}");
 
     // Redirects are followed.
     let (result, _) = fetch(&server, "/moved", 1024).await;
@@ -105,9 +132,11 @@ async fn downloads_verify_retry_and_stay_bounded() {
         .download(&format!("{}/shim", server.base), &open)
         .await
         .unwrap_err();
+    assert!(matches!(err, DownloadError::Request(_)), "{err:?}");
+    let text = err.to_string();
     assert!(
-        err.contains("certificate") || err.contains("request failed"),
-        "{err}"
+        text.contains("certificate") || text.contains("request failed"),
+        "{text}"
     );
 }
 

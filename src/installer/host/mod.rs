@@ -11,6 +11,7 @@
 //! All paths are host paths (`/etc/containerd/config.toml`), whatever the implementation maps
 //! them to.
 
+mod error;
 mod node_host;
 mod rooted;
 mod test_host;
@@ -20,6 +21,7 @@ use std::path::{Path, PathBuf};
 
 use crate::installer::containerd::{DumpOutput, ExpectedRuntime, HostFs};
 
+pub use error::HostError;
 pub use node_host::{NodeHost, NodeHostConfig};
 pub use rooted::{RootedFs, temp_sibling};
 pub use test_host::{HostEvent, ScriptedOutcome, TestHost};
@@ -118,22 +120,22 @@ pub trait Host: HostFs + Send + Sync {
     /// How many pod sandboxes (ready or not, until removed) the CRI has with this runtime
     /// handler; `None` when the host cannot tell (no `crictl`). A shim stays on the node while
     /// a sandbox uses it: containerd needs its files to stop and remove that pod.
-    fn sandboxes_with_handler(&self, handler: &str) -> Result<Option<usize>, String>;
+    fn sandboxes_with_handler(&self, handler: &str) -> Result<Option<usize>, HostError>;
 
     // ----- commands in the host's mount namespace -----
 
     /// `containerd --version`.
-    fn containerd_version(&self) -> Result<String, String>;
+    fn containerd_version(&self) -> Result<String, HostError>;
 
     /// `containerd --config <config> config dump`.
-    fn config_dump(&self, config: &Path) -> Result<DumpOutput, String>;
+    fn config_dump(&self, config: &Path) -> Result<DumpOutput, HostError>;
 
     /// `systemctl restart containerd`.
-    fn restart_containerd(&self) -> Result<(), String>;
+    fn restart_containerd(&self) -> Result<(), HostError>;
 
     /// Waits (bounded) until containerd serves CRI again and reports exactly these runtimes;
     /// the error says what was observed.
-    fn verify_containerd(&self, runtimes: &[ExpectedRuntime]) -> Result<(), String>;
+    fn verify_containerd(&self, runtimes: &[ExpectedRuntime]) -> Result<(), HostError>;
 
     // ----- clock -----
 

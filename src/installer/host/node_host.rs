@@ -22,8 +22,9 @@ use std::time::{Duration, Instant};
 
 use crate::installer::containerd::{DumpOutput, ExpectedRuntime, HostFs};
 
+use super::error::{owned, stderr_of};
 use super::rooted::RootedFs;
-use super::{FileInfo, Host, HostWriter, RunningExe};
+use super::{FileInfo, Host, HostError, HostWriter, RunningExe};
 
 /// `PATH` for host commands: the usual system directories (the pod's own `PATH` names
 /// directories of the installer image).
@@ -80,22 +81,21 @@ impl NodeHost {
     }
 
     /// Runs argv in the host's mount namespace with a timeout.
-    fn run(&self, argv: &[&str]) -> Result<Output, String> {
+    fn run(&self, argv: &[&str]) -> Result<Output, HostError> {
         self.run_with_input(argv, None)
     }
 
     /// [`NodeHost::run`], writing `input` to the command's stdin.
-    fn run_with_input(&self, argv: &[&str], input: Option<&[u8]>) -> Result<Output, String> {
+    fn run_with_input(&self, argv: &[&str], input: Option<&[u8]>) -> Result<Output, HostError> {
         let Some((program, args)) = argv.split_first() else {
-            return Err("empty command".into());
+            return Err(HostError::EmptyCommand);
         };
         let namespace_path = &self.config.mount_namespace;
-        let namespace = fs::File::open(namespace_path).map_err(|err| {
-            format!(
-                "cannot open {} (needs hostPID and SYS_PTRACE): {err}",
-                namespace_path.display()
-            )
-        })?;
+        let namespace =
+            fs::File::open(namespace_path).map_err(|source| HostError::MountNamespace {
+                path: namespace_path.clone(),
+                source,
+            })?;
         let mut command = Command::new(program);
         command
             .args(args)
@@ -122,57 +122,68 @@ impl NodeHost {
                 .map_err(io::Error::from)
             });
         }
-        let mut child = command
-            .spawn()
-            .map_err(|err| format!("cannot start `{}` on the host: {err}", argv.join(" ")))?;
+        let mut child = command.spawn().map_err(|source| HostError::Spawn {
+            argv: owned(argv),
+            source,
+        })?;
         if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
             use std::io::Write;
             // A command that exits without reading its input is judged by its exit status.
             let _ = stdin.write_all(input);
         }
-        wait_with_timeout(child, self.config.command_timeout)
-            .map_err(|err| format!("`{}`: {err}", argv.join(" ")))
+        let timeout = self.config.command_timeout;
+        match wait_with_timeout(child, timeout) {
+            Ok(Some(output)) => Ok(output),
+            Ok(None) => Err(HostError::TimedOut {
+                argv: owned(argv),
+                timeout,
+            }),
+            Err(source) => Err(HostError::Wait {
+                argv: owned(argv),
+                source,
+            }),
+        }
     }
 
-    fn run_ok(&self, argv: &[&str]) -> Result<String, String> {
+    fn run_ok(&self, argv: &[&str]) -> Result<String, HostError> {
         let output = self.run(argv)?;
         if output.status.success() {
             Ok(String::from_utf8_lossy(&output.stdout).into_owned())
         } else {
-            Err(format!(
-                "`{}` exited with {}: {}",
-                argv.join(" "),
-                output.status,
-                String::from_utf8_lossy(&output.stderr).trim()
-            ))
+            Err(HostError::exited(argv, &output))
         }
     }
 
     /// One verification attempt: the unit is active and the CRI reports our runtimes.
-    fn verify_once(&self, runtimes: &[ExpectedRuntime]) -> Result<String, String> {
+    fn verify_once(&self, runtimes: &[ExpectedRuntime]) -> Result<String, HostError> {
         let unit = self.config.containerd_unit.as_str();
         let active = self
             .run(&["systemctl", "is-active", unit])
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())?;
         if active != "active" {
-            return Err(format!("systemd unit {unit} is {active:?}"));
+            return Err(HostError::UnitInactive {
+                unit: unit.to_string(),
+                state: active,
+            });
         }
         let endpoint = self.config.cri_endpoint.as_str();
-        match self.run(&["crictl", "--runtime-endpoint", endpoint, "info"]) {
+        let info = ["crictl", "--runtime-endpoint", endpoint, "info"];
+        match self.run(&info) {
             Ok(output) if output.status.success() => {
                 check_cri_info(&String::from_utf8_lossy(&output.stdout), runtimes)
                     .map(|()| CRICTL_EVIDENCE.to_string())
             }
-            Ok(output) => Err(format!(
-                "`crictl info` failed: {}",
-                String::from_utf8_lossy(&output.stderr).trim()
-            )),
+            Ok(output) => Err(HostError::exited(&info, &output)),
             // No crictl on this host: containerd answering its own API proves it serves, and
             // the config it loaded at start is the one we validated before the restart.
-            Err(crictl) if crictl.contains("cannot start") => {
+            Err(crictl) if crictl.not_started() => {
                 let address = endpoint.trim_start_matches("unix://");
-                self.run_ok(&["ctr", "--address", address, "version"])
-                    .map_err(|err| format!("{crictl}; fallback {err}"))?;
+                if let Err(fallback) = self.run_ok(&["ctr", "--address", address, "version"]) {
+                    return Err(HostError::Fallback {
+                        crictl: Box::new(crictl),
+                        fallback: Box::new(fallback),
+                    });
+                }
                 let dump = self.run(&[self.config.containerd_binary.as_str(), "config", "dump"])?;
                 let output = DumpOutput::from_output(&dump);
                 crate::installer::containerd::check_dump(
@@ -181,8 +192,7 @@ impl NodeHost {
                     runtimes,
                     &[],
                     &output,
-                )
-                .map_err(|err| err.to_string())?;
+                )?;
                 Ok("ctr version + config dump".to_string())
             }
             Err(err) => Err(err),
@@ -195,7 +205,7 @@ impl NodeHost {
     /// a missing library, an OCI spec version it does not know) fails now, before the node is
     /// labelled, instead of in the first pod of the RuntimeClass. The sandbox shares the
     /// node's network (no CNI involved) and uses the node's own sandbox image.
-    fn start_sandbox(&self, handler: &str) -> Result<(), String> {
+    fn start_sandbox(&self, handler: &str) -> Result<(), HostError> {
         let endpoint = self.config.cri_endpoint.as_str();
         let attempt = jiff::Timestamp::now().as_nanosecond();
         let config = serde_json::json!({
@@ -225,10 +235,11 @@ impl NodeHost {
             Some(config.as_bytes()),
         )?;
         if !output.status.success() {
-            return Err(format!(
-                "containerd could not start a pod sandbox with runtime handler {handler}: {}",
-                String::from_utf8_lossy(&output.stderr).trim()
-            ));
+            return Err(HostError::SandboxFailed {
+                handler: handler.to_string(),
+                status: output.status,
+                stderr: stderr_of(&output),
+            });
         }
         let id = String::from_utf8_lossy(&output.stdout).trim().to_string();
         for verb in ["stopp", "rmp"] {
@@ -241,14 +252,20 @@ impl NodeHost {
 
     fn containerd_major_version(
         &self,
-    ) -> Result<crate::installer::containerd::ContainerdVersion, String> {
+    ) -> Result<crate::installer::containerd::ContainerdVersion, HostError> {
         let text = self.containerd_version()?;
-        crate::installer::containerd::ContainerdVersion::parse(&text).map_err(|e| e.to_string())
+        Ok(crate::installer::containerd::ContainerdVersion::parse(
+            &text,
+        )?)
     }
 }
 
-/// Waits for a child, reading its output on helper threads so a full pipe cannot block it.
-fn wait_with_timeout(mut child: std::process::Child, timeout: Duration) -> io::Result<Output> {
+/// Waits for a child, reading its output on helper threads so a full pipe cannot block it;
+/// `None` when it ran out of time (it is killed then).
+fn wait_with_timeout(
+    mut child: std::process::Child,
+    timeout: Duration,
+) -> io::Result<Option<Output>> {
     let mut stdout = child.stdout.take();
     let mut stderr = child.stderr.take();
     let out_thread = std::thread::spawn(move || {
@@ -273,20 +290,17 @@ fn wait_with_timeout(mut child: std::process::Child, timeout: Duration) -> io::R
         if Instant::now() >= deadline {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("did not finish within {timeout:?}; killed"),
-            ));
+            return Ok(None);
         }
         std::thread::sleep(Duration::from_millis(50));
     };
     let stdout = out_thread.join().unwrap_or_default();
     let stderr = err_thread.join().unwrap_or_default();
-    Ok(Output {
+    Ok(Some(Output {
         status,
         stdout,
         stderr,
-    })
+    }))
 }
 
 /// How many times a sandbox start is tried before the handler counts as broken: the first
@@ -294,7 +308,7 @@ fn wait_with_timeout(mut child: std::process::Child, timeout: Duration) -> io::R
 const SANDBOX_ATTEMPTS: u32 = 3;
 
 impl NodeHost {
-    fn start_sandbox_with_retries(&self, handler: &str) -> Result<(), String> {
+    fn start_sandbox_with_retries(&self, handler: &str) -> Result<(), HostError> {
         let mut attempt = 1;
         loop {
             match self.start_sandbox(handler) {
@@ -314,9 +328,12 @@ impl NodeHost {
 const CRICTL_EVIDENCE: &str = "crictl info";
 
 /// `crictl pods -o json`: the sandboxes whose runtime handler is `handler`.
-pub(crate) fn count_sandboxes(json: &str, handler: &str) -> Result<usize, String> {
+pub(crate) fn count_sandboxes(json: &str, handler: &str) -> Result<usize, HostError> {
     let value: serde_json::Value =
-        serde_json::from_str(json).map_err(|err| format!("`crictl pods` is not JSON: {err}"))?;
+        serde_json::from_str(json).map_err(|source| HostError::NotJson {
+            command: "crictl pods",
+            source,
+        })?;
     Ok(value
         .get("items")
         .and_then(serde_json::Value::as_array)
@@ -334,9 +351,12 @@ pub(crate) fn count_sandboxes(json: &str, handler: &str) -> Result<usize, String
 }
 
 /// `crictl info`: the runtime is ready and the CRI config lists our runtimes as written.
-pub(crate) fn check_cri_info(json: &str, runtimes: &[ExpectedRuntime]) -> Result<(), String> {
+pub(crate) fn check_cri_info(json: &str, runtimes: &[ExpectedRuntime]) -> Result<(), HostError> {
     let value: serde_json::Value =
-        serde_json::from_str(json).map_err(|err| format!("`crictl info` is not JSON: {err}"))?;
+        serde_json::from_str(json).map_err(|source| HostError::NotJson {
+            command: "crictl info",
+            source,
+        })?;
     let conditions = value
         .pointer("/status/conditions")
         .and_then(serde_json::Value::as_array)
@@ -347,22 +367,22 @@ pub(crate) fn check_cri_info(json: &str, runtimes: &[ExpectedRuntime]) -> Result
             && c.get("status").and_then(serde_json::Value::as_bool) == Some(true)
     });
     if !runtime_ready {
-        return Err("the CRI does not report RuntimeReady".into());
+        return Err(HostError::RuntimeNotReady);
     }
     for runtime in runtimes {
         let pointer = format!("/config/containerd/runtimes/{}", runtime.handler);
         let Some(entry) = value.pointer(&pointer) else {
-            return Err(format!(
-                "the CRI does not report runtime handler {}",
-                runtime.handler
-            ));
+            return Err(HostError::HandlerMissing {
+                handler: runtime.handler.clone(),
+            });
         };
         let runtime_type = entry.get("runtimeType").and_then(serde_json::Value::as_str);
         if runtime_type != Some(runtime.runtime_type.as_str()) {
-            return Err(format!(
-                "the CRI reports runtime handler {} with runtimeType {runtime_type:?}, expected {:?}",
-                runtime.handler, runtime.runtime_type
-            ));
+            return Err(HostError::HandlerType {
+                handler: runtime.handler.clone(),
+                actual: runtime_type.map(str::to_string),
+                expected: runtime.runtime_type.clone(),
+            });
         }
     }
     Ok(())
@@ -430,36 +450,35 @@ impl Host for NodeHost {
         scan_proc(&self.config.proc_dir)
     }
 
-    fn sandboxes_with_handler(&self, handler: &str) -> Result<Option<usize>, String> {
+    fn sandboxes_with_handler(&self, handler: &str) -> Result<Option<usize>, HostError> {
         let endpoint = self.config.cri_endpoint.as_str();
-        match self.run(&[
+        let pods = [
             "crictl",
             "--runtime-endpoint",
             endpoint,
             "pods",
             "-o",
             "json",
-        ]) {
+        ];
+        match self.run(&pods) {
             Ok(output) if output.status.success() => {
                 count_sandboxes(&String::from_utf8_lossy(&output.stdout), handler).map(Some)
             }
-            Ok(output) => Err(format!(
-                "`crictl pods` failed: {}",
-                String::from_utf8_lossy(&output.stderr).trim()
-            )),
-            Err(err) if err.contains("cannot start") => Ok(None),
+            Ok(output) => Err(HostError::exited(&pods, &output)),
+            Err(err) if err.not_started() => Ok(None),
             Err(err) => Err(err),
         }
     }
 
-    fn containerd_version(&self) -> Result<String, String> {
+    fn containerd_version(&self) -> Result<String, HostError> {
         self.run_ok(&[self.config.containerd_binary.as_str(), "--version"])
     }
 
-    fn config_dump(&self, config: &Path) -> Result<DumpOutput, String> {
-        let config = config
-            .to_str()
-            .ok_or_else(|| format!("{} is not UTF-8", config.display()))?;
+    fn config_dump(&self, config: &Path) -> Result<DumpOutput, HostError> {
+        // The path becomes an argument of a host command, which takes text.
+        let config = config.to_str().ok_or_else(|| HostError::PathNotUtf8 {
+            path: config.to_path_buf(),
+        })?;
         let output = self.run(&[
             self.config.containerd_binary.as_str(),
             "--config",
@@ -470,12 +489,12 @@ impl Host for NodeHost {
         Ok(DumpOutput::from_output(&output))
     }
 
-    fn restart_containerd(&self) -> Result<(), String> {
+    fn restart_containerd(&self) -> Result<(), HostError> {
         self.run_ok(&["systemctl", "restart", self.config.containerd_unit.as_str()])
             .map(|_| ())
     }
 
-    fn verify_containerd(&self, runtimes: &[ExpectedRuntime]) -> Result<(), String> {
+    fn verify_containerd(&self, runtimes: &[ExpectedRuntime]) -> Result<(), HostError> {
         let deadline = Instant::now() + self.config.verify_timeout;
         let mut delay = Duration::from_millis(500);
         loop {
@@ -492,10 +511,10 @@ impl Host for NodeHost {
                     return Ok(());
                 }
                 Err(err) if Instant::now() + delay >= deadline => {
-                    return Err(format!(
-                        "{err} (still after {:?})",
-                        self.config.verify_timeout
-                    ));
+                    return Err(HostError::StillFailing {
+                        last: Box::new(err),
+                        waited: self.config.verify_timeout,
+                    });
                 }
                 Err(err) => {
                     tracing::debug!(error = %err, "containerd not verified yet");
@@ -545,10 +564,16 @@ mod tests {
     fn counts_the_sandboxes_of_a_handler() {
         let json = r#"{"items":[{"id":"a","runtimeHandler":"crun"},{"id":"b","runtimeHandler":""},
                                 {"id":"c","runtimeHandler":"crun"}]}"#;
-        assert_eq!(count_sandboxes(json, "crun"), Ok(2));
-        assert_eq!(count_sandboxes(json, "spin"), Ok(0));
-        assert_eq!(count_sandboxes("{}", "crun"), Ok(0));
-        assert!(count_sandboxes("nope", "crun").is_err());
+        assert_eq!(count_sandboxes(json, "crun").unwrap(), 2);
+        assert_eq!(count_sandboxes(json, "spin").unwrap(), 0);
+        assert_eq!(count_sandboxes("{}", "crun").unwrap(), 0);
+        assert!(matches!(
+            count_sandboxes("nope", "crun"),
+            Err(HostError::NotJson {
+                command: "crictl pods",
+                ..
+            })
+        ));
     }
 
     #[test]
@@ -561,23 +586,20 @@ mod tests {
             r#""type":"RuntimeReady","status":true"#,
             r#""type":"RuntimeReady","status":false"#,
         );
-        assert!(
-            check_cri_info(&not_ready, std::slice::from_ref(&spin))
-                .unwrap_err()
-                .contains("RuntimeReady")
-        );
+        let err = check_cri_info(&not_ready, std::slice::from_ref(&spin)).unwrap_err();
+        assert!(matches!(err, HostError::RuntimeNotReady), "{err}");
+        assert!(err.to_string().contains("RuntimeReady"), "{err}");
         let other = ok.replace("io.containerd.spin.v2", "io.containerd.other.v1");
+        let err = check_cri_info(&other, std::slice::from_ref(&spin)).unwrap_err();
         assert!(
-            check_cri_info(&other, std::slice::from_ref(&spin))
-                .unwrap_err()
-                .contains("other")
+            matches!(&err, HostError::HandlerType { actual: Some(actual), .. }
+                if actual == "io.containerd.other.v1"),
+            "{err}"
         );
+        assert!(err.to_string().contains("other"), "{err}");
         let missing = ExpectedRuntime::new("wasmtime", "io.containerd.wasmtime.v1", "/y");
-        assert!(
-            check_cri_info(ok, &[missing])
-                .unwrap_err()
-                .contains("wasmtime")
-        );
+        let err = check_cri_info(ok, &[missing]).unwrap_err();
+        assert!(err.to_string().contains("wasmtime"), "{err}");
         assert!(check_cri_info("nope", &[]).is_err());
     }
 
@@ -598,11 +620,38 @@ mod tests {
             .run_ok(&["sh", "-c", "echo oops >&2; exit 3"])
             .unwrap_err();
         assert!(
-            err.contains("oops") && err.contains("exit status: 3"),
-            "{err}"
+            matches!(&err, HostError::Exited { status, stderr, .. }
+                if status.code() == Some(3) && stderr == "oops"),
+            "{err:?}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains("oops") && text.contains("exit status: 3"),
+            "{text}"
         );
         let err = host.run_ok(&["no-such-command-here"]).unwrap_err();
-        assert!(err.contains("cannot start"), "{err}");
+        assert!(err.not_started(), "{err:?}");
+        assert!(err.to_string().contains("cannot start"), "{err}");
+    }
+
+    #[test]
+    fn a_command_that_outlives_its_bound_is_killed_and_says_so() {
+        let timeout = Duration::from_millis(200);
+        let host = NodeHost::new(NodeHostConfig {
+            root: PathBuf::from("/"),
+            mount_namespace: PathBuf::from("/proc/self/ns/mnt"),
+            command_timeout: timeout,
+            ..NodeHostConfig::default()
+        });
+        let err = host.run(&["sleep", "30"]).unwrap_err();
+        assert!(
+            matches!(&err, HostError::TimedOut { argv, timeout: t } if argv == &["sleep", "30"] && *t == timeout),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "`sleep 30`: did not finish within 200ms; killed"
+        );
     }
 
     #[test]

@@ -52,7 +52,7 @@ impl RootedFs {
     }
 
     pub fn sha256(&self, path: &Path) -> io::Result<Option<String>> {
-        match crate::installer::payload::spec::sha256_file(&self.resolve(path)) {
+        match crate::installer::digest::sha256_file(&self.resolve(path)) {
             Ok(digest) => Ok(Some(digest)),
             Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(err) => Err(err),

@@ -21,7 +21,7 @@ use crate::installer::containerd::{
 };
 
 use super::rooted::RootedFs;
-use super::{FileInfo, Host, HostWriter, RunningExe};
+use super::{FileInfo, Host, HostError, HostWriter, RunningExe};
 
 /// What a scripted restart or verification does.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -153,7 +153,7 @@ impl TestHost {
     }
 
     /// Starts the simulated containerd with the node's current config, as at boot.
-    pub fn start_containerd(&self) -> Result<(), String> {
+    pub fn start_containerd(&self) -> Result<(), HostError> {
         let dump = self.dump_checked(&self.config)?;
         lock(&self.service).loaded = Some(dump);
         Ok(())
@@ -221,7 +221,7 @@ impl TestHost {
     /// Runs the real `config dump` on a host path: absolute imports are rebased below the root
     /// (in a scratch copy next to the file, so relative imports still resolve the same), and
     /// the working directory is the root, as containerd's is `/` under systemd.
-    fn dump_raw(&self, config: &Path) -> Result<DumpOutput, String> {
+    fn dump_raw(&self, config: &Path) -> Result<DumpOutput, HostError> {
         let resolved = self.path(config);
         let text = std::fs::read_to_string(&resolved).unwrap_or_default();
         // containerd started without a config file runs on its defaults, as with an empty one.
@@ -239,7 +239,11 @@ impl TestHost {
                         .map(|n| n.to_string_lossy().into_owned())
                         .unwrap_or_default()
                 ));
-                std::fs::write(&scratch, rebased).map_err(|e| e.to_string())?;
+                std::fs::write(&scratch, rebased).map_err(|source| HostError::Io {
+                    action: "write",
+                    path: scratch.clone(),
+                    source,
+                })?;
                 (scratch.clone(), Some(scratch))
             }
             None => (resolved, None),
@@ -253,26 +257,33 @@ impl TestHost {
         if let Some(scratch) = scratch {
             let _ = std::fs::remove_file(scratch);
         }
-        let output =
-            output.map_err(|err| format!("cannot run {}: {err}", self.containerd.display()))?;
+        let output = output.map_err(|source| HostError::Spawn {
+            argv: vec![
+                self.containerd.display().to_string(),
+                "--config".into(),
+                file.display().to_string(),
+                "config".into(),
+                "dump".into(),
+            ],
+            source,
+        })?;
         Ok(DumpOutput::from_output(&output))
     }
 
-    fn dump_checked(&self, config: &Path) -> Result<String, String> {
+    fn dump_checked(&self, config: &Path) -> Result<String, HostError> {
         let output = self.dump_raw(config)?;
         if output.exit_code != Some(0) {
-            return Err(format!(
-                "containerd does not start with {}: {}",
-                config.display(),
-                output.stderr.trim()
-            ));
+            return Err(HostError::DoesNotStart {
+                config: config.to_path_buf(),
+                stderr: output.stderr.trim().to_string(),
+            });
         }
         Ok(output.stdout)
     }
 
-    fn version(&self) -> Result<ContainerdVersion, String> {
+    fn version(&self) -> Result<ContainerdVersion, HostError> {
         let text = Host::containerd_version(self)?;
-        ContainerdVersion::parse(&text).map_err(|e| e.to_string())
+        Ok(ContainerdVersion::parse(&text)?)
     }
 }
 
@@ -367,7 +378,7 @@ impl Host for TestHost {
         self.fs.check_writable(dir)
     }
 
-    fn sandboxes_with_handler(&self, handler: &str) -> Result<Option<usize>, String> {
+    fn sandboxes_with_handler(&self, handler: &str) -> Result<Option<usize>, HostError> {
         Ok(Some(
             lock(&self.sandboxes).get(handler).copied().unwrap_or(0),
         ))
@@ -384,23 +395,26 @@ impl Host for TestHost {
             .collect())
     }
 
-    fn containerd_version(&self) -> Result<String, String> {
+    fn containerd_version(&self) -> Result<String, HostError> {
         if let Some(output) = lock(&self.version_output).clone() {
             return Ok(output);
         }
         let output = Command::new(&self.containerd)
             .arg("--version")
             .output()
-            .map_err(|err| format!("cannot run {} --version: {err}", self.containerd.display()))?;
+            .map_err(|source| HostError::Spawn {
+                argv: vec![self.containerd.display().to_string(), "--version".into()],
+                source,
+            })?;
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     }
 
-    fn config_dump(&self, config: &Path) -> Result<DumpOutput, String> {
+    fn config_dump(&self, config: &Path) -> Result<DumpOutput, HostError> {
         self.record(HostEvent::Dump(config.to_path_buf()));
         self.dump_raw(config)
     }
 
-    fn restart_containerd(&self) -> Result<(), String> {
+    fn restart_containerd(&self) -> Result<(), HostError> {
         self.call_hook("restart");
         let started = Instant::now();
         let duration = *lock(&self.restart_duration);
@@ -411,7 +425,7 @@ impl Host for TestHost {
         let result = match scripted {
             Some(ScriptedOutcome::Fail(message)) => {
                 lock(&self.service).loaded = None;
-                Err(message)
+                Err(HostError::Scripted(message))
             }
             _ => match self.dump_checked(&self.config) {
                 Ok(dump) => {
@@ -432,14 +446,14 @@ impl Host for TestHost {
         result
     }
 
-    fn verify_containerd(&self, runtimes: &[ExpectedRuntime]) -> Result<(), String> {
+    fn verify_containerd(&self, runtimes: &[ExpectedRuntime]) -> Result<(), HostError> {
         self.call_hook("verify");
         let scripted = lock(&self.service).verifies.pop_front();
         let result = match scripted {
-            Some(ScriptedOutcome::Fail(message)) => Err(message),
+            Some(ScriptedOutcome::Fail(message)) => Err(HostError::Scripted(message)),
             Some(ScriptedOutcome::Succeed) => Ok(()),
             None => match lock(&self.service).loaded.clone() {
-                None => Err("containerd is not running".to_string()),
+                None => Err(HostError::NotRunning),
                 Some(dump) => {
                     let output = DumpOutput {
                         exit_code: Some(0),
@@ -448,7 +462,7 @@ impl Host for TestHost {
                     };
                     self.version().and_then(|version| {
                         check_dump(&self.config, version, runtimes, &[], &output)
-                            .map_err(|err| format!("the running containerd: {err}"))
+                            .map_err(HostError::RunningConfig)
                     })
                 }
             },

@@ -58,24 +58,74 @@ pub struct Downloaded {
     pub bytes: u64,
 }
 
-/// Why a download failed; `retryable` decides whether another attempt may help.
-#[derive(Debug)]
-struct Failure {
-    message: String,
-    retryable: bool,
+/// Why a downloader could not be set up or a download failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DownloadError {
+    #[error("extra CA certificates: {0}")]
+    ExtraRootsPem(#[source] rustls::pki_types::pem::Error),
+
+    #[error("extra CA certificate: {0}")]
+    ExtraRootRejected(#[source] rustls::Error),
+
+    #[error("TLS configuration: {0}")]
+    Tls(#[source] rustls::Error),
+
+    #[error("invalid URL {url}: {source}")]
+    InvalidUrl {
+        url: String,
+        #[source]
+        source: hyper::http::uri::InvalidUri,
+    },
+
+    #[error("{url} is not https")]
+    NotHttps { url: String },
+
+    #[error("request failed: {0:#}")]
+    Request(#[source] hyper_util::client::legacy::Error),
+
+    #[error("too many redirects")]
+    TooManyRedirects,
+
+    #[error("{status} without a Location")]
+    RedirectWithoutLocation { status: hyper::StatusCode },
+
+    #[error("server answered {status}")]
+    Status { status: hyper::StatusCode },
+
+    #[error("the file has {length} bytes, more than the limit of {max}")]
+    TooLarge { length: u64, max: u64 },
+
+    #[error("the body exceeds the limit of {max} bytes")]
+    BodyTooLarge { max: u64 },
+
+    #[error("reading the body: {0}")]
+    Body(#[source] hyper::Error),
+
+    #[error("timed out after {timeout:?}")]
+    TimedOut { timeout: Duration },
+
+    #[error("cannot create the file: {0}")]
+    Create(#[source] std::io::Error),
+
+    #[error("writing the file: {0}")]
+    Write(#[source] std::io::Error),
+
+    #[error("syncing the file: {0}")]
+    Sync(#[source] std::io::Error),
 }
 
-impl Failure {
-    fn transient(message: impl Into<String>) -> Self {
-        Failure {
-            message: message.into(),
-            retryable: true,
-        }
-    }
-    fn permanent(message: impl Into<String>) -> Self {
-        Failure {
-            message: message.into(),
-            retryable: false,
+impl DownloadError {
+    /// Whether another attempt may help: the network and overloaded servers recover, a
+    /// refused request, a body over the bound or a local file error would fail the same way.
+    pub fn retryable(&self) -> bool {
+        match self {
+            DownloadError::Request(_) | DownloadError::Body(_) | DownloadError::TimedOut { .. } => {
+                true
+            }
+            DownloadError::Status { status } => {
+                status.is_server_error() || *status == hyper::StatusCode::TOO_MANY_REQUESTS
+            }
+            _ => false,
         }
     }
 }
@@ -88,7 +138,7 @@ pub struct Downloader {
 }
 
 impl Downloader {
-    pub fn new(config: DownloadConfig) -> Result<Self, String> {
+    pub fn new(config: DownloadConfig) -> Result<Self, DownloadError> {
         let mut roots = rustls::RootCertStore::empty();
         let native = rustls_native_certs::load_native_certs();
         for cert in native.certs {
@@ -99,16 +149,14 @@ impl Downloader {
             use rustls::pki_types::CertificateDer;
             use rustls::pki_types::pem::PemObject;
             for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
-                let cert = cert.map_err(|err| format!("extra CA certificates: {err}"))?;
-                roots
-                    .add(cert)
-                    .map_err(|err| format!("extra CA certificate: {err}"))?;
+                let cert = cert.map_err(DownloadError::ExtraRootsPem)?;
+                roots.add(cert).map_err(DownloadError::ExtraRootRejected)?;
             }
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let tls = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .map_err(|err| format!("TLS configuration: {err}"))?
+            .map_err(DownloadError::Tls)?
             .with_root_certificates(roots)
             .with_no_client_auth();
         let mut http = HttpConnector::new();
@@ -129,15 +177,12 @@ impl Downloader {
         &self,
         url: &str,
         open: &(dyn Fn() -> std::io::Result<Box<dyn HostWriter>> + Send + Sync),
-    ) -> Result<Downloaded, String> {
+    ) -> Result<Downloaded, DownloadError> {
         let attempt = || async {
-            match tokio::time::timeout(self.config.attempt_timeout, self.attempt(url, open)).await {
-                Ok(result) => result,
-                Err(_) => Err(Failure::transient(format!(
-                    "timed out after {:?}",
-                    self.config.attempt_timeout
-                ))),
-            }
+            let timeout = self.config.attempt_timeout;
+            tokio::time::timeout(timeout, self.attempt(url, open))
+                .await
+                .unwrap_or(Err(DownloadError::TimedOut { timeout }))
         };
         let backoff = ExponentialBuilder::default()
             .with_min_delay(self.config.min_delay)
@@ -145,54 +190,49 @@ impl Downloader {
             .with_jitter();
         attempt
             .retry(backoff)
-            .when(|failure: &Failure| failure.retryable)
+            .when(DownloadError::retryable)
             .notify(|failure, delay| {
-                tracing::warn!(url, error = %failure.message, ?delay, "download failed; retrying");
+                tracing::warn!(url, error = %failure, ?delay, "download failed; retrying");
             })
             .await
-            .map_err(|failure| failure.message)
     }
 
     async fn attempt(
         &self,
         url: &str,
         open: &(dyn Fn() -> std::io::Result<Box<dyn HostWriter>> + Send + Sync),
-    ) -> Result<Downloaded, Failure> {
+    ) -> Result<Downloaded, DownloadError> {
         let mut current = url.to_string();
         let mut redirects = 0;
         let response = loop {
             let uri: hyper::Uri = current
                 .parse()
-                .map_err(|err| Failure::permanent(format!("invalid URL {current}: {err}")))?;
+                .map_err(|source| DownloadError::InvalidUrl {
+                    url: current.clone(),
+                    source,
+                })?;
             if uri.scheme_str() != Some("https") {
-                return Err(Failure::permanent(format!("{current} is not https")));
+                return Err(DownloadError::NotHttps { url: current });
             }
-            let response = self
-                .client
-                .get(uri)
-                .await
-                .map_err(|err| Failure::transient(format!("request failed: {err:#}")))?;
+            let response = self.client.get(uri).await.map_err(DownloadError::Request)?;
             let status = response.status();
             if status.is_redirection() {
                 redirects += 1;
                 if redirects > self.config.max_redirects {
-                    return Err(Failure::permanent("too many redirects"));
+                    return Err(DownloadError::TooManyRedirects);
                 }
                 let Some(location) = response
                     .headers()
                     .get(hyper::header::LOCATION)
                     .and_then(|l| l.to_str().ok())
                 else {
-                    return Err(Failure::permanent(format!("{status} without a Location")));
+                    return Err(DownloadError::RedirectWithoutLocation { status });
                 };
                 current = resolve_location(&current, location);
                 continue;
             }
-            if status.is_server_error() || status == hyper::StatusCode::TOO_MANY_REQUESTS {
-                return Err(Failure::transient(format!("server answered {status}")));
-            }
             if !status.is_success() {
-                return Err(Failure::permanent(format!("server answered {status}")));
+                return Err(DownloadError::Status { status });
             }
             break response;
         };
@@ -204,35 +244,25 @@ impl Downloader {
             .and_then(|v| v.parse::<u64>().ok())
             && length > max
         {
-            return Err(Failure::permanent(format!(
-                "the file has {length} bytes, more than the limit of {max}"
-            )));
+            return Err(DownloadError::TooLarge { length, max });
         }
-        let mut writer =
-            open().map_err(|err| Failure::permanent(format!("cannot create the file: {err}")))?;
+        let mut writer = open().map_err(DownloadError::Create)?;
         let mut hasher = Sha256::new();
         let mut total: u64 = 0;
         let mut body = response.into_body();
         while let Some(frame) = body.frame().await {
-            let frame =
-                frame.map_err(|err| Failure::transient(format!("reading the body: {err}")))?;
+            let frame = frame.map_err(DownloadError::Body)?;
             let Some(chunk) = frame.data_ref() else {
                 continue;
             };
             total += chunk.len() as u64;
             if total > max {
-                return Err(Failure::permanent(format!(
-                    "the body exceeds the limit of {max} bytes"
-                )));
+                return Err(DownloadError::BodyTooLarge { max });
             }
             hasher.update(chunk);
-            writer
-                .write_all(chunk)
-                .map_err(|err| Failure::permanent(format!("writing the file: {err}")))?;
+            writer.write_all(chunk).map_err(DownloadError::Write)?;
         }
-        writer
-            .finish()
-            .map_err(|err| Failure::permanent(format!("syncing the file: {err}")))?;
+        writer.finish().map_err(DownloadError::Sync)?;
         Ok(Downloaded {
             sha256: hex::encode(hasher.finalize()),
             bytes: total,

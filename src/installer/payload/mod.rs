@@ -17,10 +17,11 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::installer::digest::sha256_hex;
 use crate::installer::error::InstallerError;
 use crate::installer::host::{FileKind, Host, RunningExe};
 
-pub use download::{DownloadConfig, Downloader};
+pub use download::{DownloadConfig, DownloadError, Downloader};
 pub use layout::{Layout, MANIFEST, STAGING_SUFFIX};
 pub use spec::{DigestCache, FileSource, PayloadFile, PayloadSpec, resolve};
 
@@ -314,7 +315,7 @@ async fn fetch_file(
         FileSource::Inline(content) => {
             host.write_file(path, content.as_bytes(), file.mode)
                 .map_err(|err| InstallerError::host("write", path, err))?;
-            (spec::sha256_hex(content.as_bytes()), content.len() as u64)
+            (sha256_hex(content.as_bytes()), content.len() as u64)
         }
         FileSource::Staged(local) => copy_local(host, local, path, file.mode)
             .map_err(|err| payload_error(format!("copying {}: {err}", local.display())))?,
@@ -325,10 +326,10 @@ async fn fetch_file(
                 )));
             };
             let open = || host.create_file(path, file.mode);
-            let done = downloader.download(url, &open).await.map_err(|message| {
+            let done = downloader.download(url, &open).await.map_err(|source| {
                 InstallerError::Download {
                     url: url.clone(),
-                    message,
+                    source,
                 }
             })?;
             (done.sha256, done.bytes)

@@ -3,7 +3,6 @@
 //! equal content always lands in the same directory and different content never overwrites.
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::SystemTime;
@@ -13,6 +12,7 @@ use sha2::{Digest, Sha256};
 use crate::desired_shims::{
     Arch, BIN_DIR_PLACEHOLDER, BinarySource, CONFIG_DIR_PLACEHOLDER, DesiredShim,
 };
+use crate::installer::digest::{sha256_file, sha256_hex};
 use crate::installer::error::InstallerError;
 
 use super::layout::Layout;
@@ -86,24 +86,6 @@ impl DigestCache {
         }
         Ok(digest)
     }
-}
-
-pub fn sha256_file(path: &Path) -> std::io::Result<String> {
-    let mut file = std::fs::File::open(path)?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = file.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    Ok(hex::encode(hasher.finalize()))
-}
-
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
 }
 
 /// A file or directory name we put on the host: one plain path segment.
