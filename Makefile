@@ -7,9 +7,13 @@ SHELL := /usr/bin/env bash
 local: tools
 	@echo "make local: the first run builds the control-plane components, containerd, the nodes' root file system and the images (tens of minutes on two cores, cached afterwards); later runs start in about a minute."
 	cargo build --locked --bin gardener-extension-containerd-shim
-	hack/nodes/images.sh "$(CURDIR)/.local/images"
-	hack/control-plane.sh run --dir "$(CURDIR)/.local/playground" \
-	  --nodes containerd1,containerd2 --node-images "$(CURDIR)/.local/images" -- hack/local.sh
+	hack/nodes/images.sh --without-wasm "$(CURDIR)/.local/playground-images"
+	@# set -m: the playground is a job of its own that gets the terminal, so Ctrl-C stops it
+	@# (cleanly, exit 0) instead of also interrupting make. The command after it keeps the
+	@# shell from exec'ing the job in make's own process group.
+	set -m; hack/control-plane.sh run --dir "$(CURDIR)/.local/playground" \
+	  --nodes containerd1,containerd2 --node-images "$(CURDIR)/.local/playground-images" -- hack/local.sh; \
+	  status=$$?; exit $$status
 
 ## test: build what is missing and run every check and test (what CI runs).
 test:

@@ -90,7 +90,10 @@ start() {
   local name="$1"
   shift
   # fd 9 is the machine-wide nodes lock: it belongs to this script, not to what it starts.
-  "$@" 9>&- >"$dir/logs/$name.log" 2>&1 &
+  # A session of its own: Ctrl-C reaches this script and the command it runs, never a component
+  # directly, so stop_all stops them in order (clients first, etcd last) instead of etcd dying
+  # under the API servers and the controller failing to release its Lease.
+  setsid "$@" 9>&- >"$dir/logs/$name.log" 2>&1 &
   local pid=$!
   echo "$name $pid" >>"$dir/pids"
   log "started $name (pid $pid, log $dir/logs/$name.log)"
@@ -464,9 +467,14 @@ case "$cmd" in
   run)
     [[ $# -gt 0 ]] || die "usage: $0 run [--dir DIR] -- CMD [ARGS...]"
     trap stop_all EXIT
+    # Ctrl-C before the command runs stops what was started; while it runs, the command gets
+    # the same interrupt and ends itself, and a command that ended cleanly (0, or 130: stopped
+    # by the interrupt it was meant to obey) makes this a clean stop too.
     trap 'exit 130' INT
     trap 'exit 143' TERM
     up
+    interrupted=0
+    trap 'interrupted=1' INT
     set +e
     (
       set -a
@@ -476,6 +484,10 @@ case "$cmd" in
     )
     status=$?
     set -e
+    if ((interrupted)) && ((status == 0 || status == 130)); then
+      log "interrupted: stopping"
+      exit 0
+    fi
     check_alive || status=1
     exit "$status"
     ;;
@@ -485,6 +497,7 @@ case "$cmd" in
     trap 'exit 143' TERM
     up
     log "press Ctrl-C to stop"
+    trap 'log "interrupted: stopping"; exit 0' INT
     while true; do
       check_alive
       sleep 2

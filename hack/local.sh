@@ -63,7 +63,10 @@ stop_controller() {
   controller_pid=""
 }
 trap stop_controller EXIT
-trap 'exit 130' INT
+# Ctrl-C is how the playground is meant to end: stop the controller while the control plane is
+# still up (it releases its Lease and exits 0), then return cleanly to control-plane.sh, which
+# stops the rest.
+trap 'stop_controller; log "stopped"; exit 0' INT
 trap 'exit 143' TERM
 
 free_port() {
@@ -114,7 +117,7 @@ log "starting the controller as $controller_user (log $controller_log)"
 env -u KUBECONFIG -u LEADER_ELECTION_NAMESPACE -u HEARTBEAT_NAMESPACE POD_NAME=local-playground \
   IMAGEVECTOR_OVERWRITE="$NODE_IMAGES/images-overwrite.yaml" \
   SHIM_CATALOG_OVERLAY="$NODE_IMAGES/catalog-overlay.yaml" \
-  "$bin" run \
+  setsid "$bin" run \
   --kubeconfig="$SEED_CONTROLLER_KUBECONFIG" \
   --leader-election-namespace="$release_ns" \
   --heartbeat-namespace="$release_ns" \

@@ -12,7 +12,10 @@
 #   payload-wasmtime.tar, wasm-hello.tar, wasm-http.tar  the Wasm shim and two Wasm
 #                   workloads (hack/nodes/wasm-images.sh)
 #
-#   hack/nodes/images.sh OUT_DIR
+#   hack/nodes/images.sh [--without-wasm] OUT_DIR
+#
+# --without-wasm leaves out the Wasm shim and workloads (the playground does not use them, and
+# the shim's first build is the longest item of a cold run).
 #
 # Every image is tagged by its content, so a changed build is a new reference. OUT_DIR also gets
 # images.env (the references, for tests and scripts), pause.ref (imported under each node's
@@ -24,7 +27,12 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 source "$repo/hack/tools/versions.env"
 source "$repo/hack/tools/lib.sh"
-out="${1:?usage: $0 OUT_DIR}"
+with_wasm=1
+if [[ "${1:-}" == "--without-wasm" ]]; then
+  with_wasm=0
+  shift
+fi
+out="${1:?usage: $0 [--without-wasm] OUT_DIR}"
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 
@@ -91,9 +99,11 @@ broken_ref="$("$archive" --tag local.test/containerd-shim-payload/broken --out "
   --file "$work/containerd-shim-fails-v1=/payload/containerd-shim-fails-v1:0755")"
 
 # The Wasm shim and workloads (hack/nodes/wasm-images.sh writes wasm.env).
-"$repo/hack/nodes/wasm-images.sh" "$out"
-# shellcheck source=/dev/null
-source "$out/wasm.env"
+if ((with_wasm)); then
+  "$repo/hack/nodes/wasm-images.sh" "$out"
+  # shellcheck source=/dev/null
+  source "$out/wasm.env"
+fi
 
 printf '%s\n' "$pause_ref" >"$out/pause.ref"
 cat >"$out/images.env" <<ENV
@@ -102,11 +112,15 @@ PAUSE_IMAGE=$pause_ref
 WORKLOAD_IMAGE=$workload_ref
 CRUN_PAYLOAD_IMAGE=$crun_ref
 BROKEN_PAYLOAD_IMAGE=$broken_ref
+ENV
+if ((with_wasm)); then
+  cat >>"$out/images.env" <<ENV
 WASMTIME_PAYLOAD_IMAGE=$WASMTIME_PAYLOAD_IMAGE
 WASM_HELLO_IMAGE=$WASM_HELLO_IMAGE
 WASM_HTTP_IMAGE=$WASM_HTTP_IMAGE
 WASM_HTTP_PORT=$WASM_HTTP_PORT
 ENV
+fi
 
 # IMAGEVECTOR_OVERWRITE for the controller: the same names as charts/images.yaml.
 cat >"$out/images-overwrite.yaml" <<YAML
@@ -118,10 +132,14 @@ images:
   - name: containerd-shim-crun-local
     repository: ${crun_ref%:*}
     tag: ${crun_ref##*:}
+YAML
+if ((with_wasm)); then
+  cat >>"$out/images-overwrite.yaml" <<YAML
   - name: containerd-shim-wasmtime-local
     repository: ${WASMTIME_PAYLOAD_IMAGE%:*}
     tag: ${WASMTIME_PAYLOAD_IMAGE##*:}
 YAML
+fi
 
 # SHIM_CATALOG_OVERLAY for the controller: the catalog's crun and wasmtime entries get the
 # locally built payloads as a version of their own (and their default), the way an operator
@@ -135,10 +153,14 @@ shims:
     versions:
       local:
         image: containerd-shim-crun-local
+YAML
+if ((with_wasm)); then
+  cat >>"$out/catalog-overlay.yaml" <<YAML
   wasmtime:
     defaultVersion: local
     versions:
       local:
         image: containerd-shim-wasmtime-local
 YAML
+fi
 log "images in $out: $installer_ref $pause_ref $workload_ref $crun_ref $broken_ref"
