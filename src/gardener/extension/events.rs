@@ -5,7 +5,11 @@
 //! success description, `<Operation>Failed` (Warning) with the error. A repeat of the same
 //! outcome with the same text within [`SERIES_WINDOW`] updates the earlier event's series
 //! instead of creating another object, as client-go's event recorder does; a different text is a
-//! new event. Publishing is best effort: a failure is logged and never fails the reconcile.
+//! new event. A success that repeats the last outcome published for the Extension (a resync or a
+//! requested reconcile of a converged Extension) publishes nothing: a steady state writes only
+//! the status patches Gardener requires, and an Event marks a change (the first success, a
+//! recovery, another operation). Publishing is best effort: a failure is logged and never fails
+//! the reconcile.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -39,6 +43,19 @@ pub struct OutcomeEvents {
     controller: String,
     instance: String,
     recent: Mutex<HashMap<SeriesKey, Recent>>,
+    /// The reason last published per Extension UID (this process's memory: after a restart the
+    /// first outcome of each Extension is published once).
+    last_reason: Mutex<HashMap<String, String>>,
+}
+
+/// Whether an outcome with `reason` is published, given the reason last published for the
+/// same Extension (pure). Failures always are (repeats count up a series); a success only when
+/// it is not a repeat of the last outcome.
+pub fn publishes(outcome: EventOutcome<'_>, reason: &str, last: Option<&str>) -> bool {
+    match outcome {
+        EventOutcome::Failed(_) => true,
+        EventOutcome::Succeeded(_) => last != Some(reason),
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -68,6 +85,7 @@ impl OutcomeEvents {
             controller: controller.to_string(),
             instance: instance.to_string(),
             recent: Mutex::new(HashMap::new()),
+            last_reason: Mutex::new(HashMap::new()),
         }
     }
 
@@ -90,6 +108,13 @@ impl OutcomeEvents {
             reason: event.reason.clone().unwrap_or_default(),
             note: event.note.clone().unwrap_or_default(),
         };
+        let last = self.last_reason(&key.uid);
+        if !publishes(outcome, &key.reason, last.as_deref()) {
+            return;
+        }
+        let deleted =
+            operation == OperationType::Delete && matches!(outcome, EventOutcome::Succeeded(_));
+        self.set_last_reason(&key.uid, (!deleted).then(|| key.reason.clone()));
         let namespace = ext.namespace().unwrap_or_default();
         let events: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
         let repeat = self.repeat_of(&key);
@@ -135,6 +160,20 @@ impl OutcomeEvents {
             Err(e) => {
                 tracing::warn!(namespace = %namespace, error = %e, "cannot record an event on the Extension");
             }
+        }
+    }
+
+    fn last_reason(&self, uid: &str) -> Option<String> {
+        self.last_reason.lock().ok()?.get(uid).cloned()
+    }
+
+    /// `None` forgets the Extension (it is gone).
+    fn set_last_reason(&self, uid: &str, reason: Option<String>) {
+        if let Ok(mut map) = self.last_reason.lock() {
+            match reason {
+                Some(reason) => map.insert(uid.to_string(), reason),
+                None => map.remove(uid),
+            };
         }
     }
 
@@ -223,6 +262,28 @@ mod tests {
         ext.metadata.namespace = Some("shoot--p--s".into());
         ext.metadata.uid = Some("uid-1".into());
         ext
+    }
+
+    #[test]
+    fn a_success_is_published_only_when_the_outcome_changes() {
+        let ok = EventOutcome::Succeeded("Successfully reconciled Extension");
+        let failed = EventOutcome::Failed("boom");
+        // The first outcome, a recovery, another operation: published.
+        assert!(publishes(ok, "CreateSucceeded", None));
+        assert!(publishes(ok, "ReconcileSucceeded", Some("ReconcileFailed")));
+        assert!(publishes(ok, "ReconcileSucceeded", Some("CreateSucceeded")));
+        // A resync of a converged Extension: nothing.
+        assert!(!publishes(
+            ok,
+            "ReconcileSucceeded",
+            Some("ReconcileSucceeded")
+        ));
+        // Failures always (their repeats are a series).
+        assert!(publishes(
+            failed,
+            "ReconcileFailed",
+            Some("ReconcileFailed")
+        ));
     }
 
     #[test]
