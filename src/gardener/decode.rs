@@ -481,6 +481,40 @@ fn given(unexpected: &str) -> String {
     }
 }
 
+/// Phrases of serde and serde-saphyr that tell the author of a file nothing they can act on;
+/// no message of ours may carry them.
+#[cfg(test)]
+const LIBRARY_WORDING: &[&str] = &[
+    "untagged enum",
+    "DuplicateKeyPolicy",
+    "Options",
+    "from_str_multiple",
+    "invalid type:",
+    "invalid value:",
+    "unknown field `",
+    "unknown variant `",
+    "missing field `",
+    "expected u32",
+    "expected i64",
+    "expected struct",
+    "expected Quantity",
+    "expected IntOrString",
+    "struct ",
+    "sequence",
+    "-->",
+];
+
+/// Fails when `message` carries library wording (the tests of every decoder use it).
+#[cfg(test)]
+pub(crate) fn assert_plain(message: &str) {
+    for phrase in LIBRARY_WORDING {
+        assert!(
+            !message.contains(phrase),
+            "library wording {phrase:?} in: {message}"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -489,33 +523,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-
-    /// The library phrases no message may carry.
-    const LIBRARY_WORDING: &[&str] = &[
-        "untagged enum",
-        "DuplicateKeyPolicy",
-        "Options",
-        "from_str_multiple",
-        "invalid type:",
-        "invalid value:",
-        "unknown field `",
-        "unknown variant `",
-        "missing field `",
-        "expected u32",
-        "expected i64",
-        "struct ",
-        "sequence",
-        "-->",
-    ];
-
-    fn assert_plain(message: &str) {
-        for phrase in LIBRARY_WORDING {
-            assert!(
-                !message.contains(phrase),
-                "library wording {phrase:?} in: {message}"
-            );
-        }
-    }
 
     #[derive(Debug, Deserialize)]
     #[serde(rename_all = "camelCase", deny_unknown_fields)]
