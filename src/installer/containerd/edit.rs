@@ -13,8 +13,8 @@ use crate::desired_shims::OptionValue;
 
 use super::config_version::ConfigVersion;
 use super::effective::KeptRuntime;
-use super::error::ConfigError;
-use super::key_path::KeyPath;
+use super::error::{ConfigError, describe};
+use super::key_path::{KeyPath, table_at, table_at_mut};
 use super::ownership::{KeptHandler, OwnedFile, OwnedHandler};
 use super::runtime::{ManagedKey, RuntimeEntry, describe_runtime};
 use super::style::{RuntimeStyle, TableStyle, key_indent};
@@ -495,24 +495,6 @@ fn remove_empty_created(doc: &mut DocumentMut, created: &mut BTreeSet<KeyPath>) 
     dirty
 }
 
-/// The table at a path below `root`, if every step is a table.
-pub(crate) fn table_at_mut<'t>(root: &'t mut Table, path: &KeyPath) -> Option<&'t mut Table> {
-    let mut table = root;
-    for segment in path.segments() {
-        table = table.get_mut(segment)?.as_table_mut()?;
-    }
-    Some(table)
-}
-
-/// The table at a path below `root`, if every step is a table.
-pub(crate) fn table_at<'t>(root: &'t Table, path: &KeyPath) -> Option<&'t Table> {
-    let mut table = root;
-    for segment in path.segments() {
-        table = table.get(segment)?.as_table()?;
-    }
-    Some(table)
-}
-
 fn unexpected(file: &Path, key: &KeyPath, item: &Item, expected: &'static str) -> ConfigError {
     ConfigError::UnexpectedType {
         path: file.to_path_buf(),
@@ -529,22 +511,5 @@ fn missing_after_insert(file: &Path, key: &KeyPath) -> ConfigError {
         key: key.clone(),
         found: "missing after insertion",
         expected: "a table",
-    }
-}
-
-pub(crate) fn describe(item: &Item) -> &'static str {
-    match item {
-        Item::None => "nothing",
-        Item::Table(_) => "a table",
-        Item::ArrayOfTables(_) => "an array of tables",
-        Item::Value(value) => match value {
-            Value::String(_) => "a string",
-            Value::Integer(_) => "an integer",
-            Value::Float(_) => "a float",
-            Value::Boolean(_) => "a boolean",
-            Value::Datetime(_) => "a datetime",
-            Value::Array(_) => "an array",
-            Value::InlineTable(_) => "an inline table",
-        },
     }
 }
