@@ -254,6 +254,8 @@ struct Run<'a, A> {
     api: Api<Extension>,
     ext: Extension,
     object: String,
+    /// Read by the deadline in [`reconcile`] when it cuts the actuator off.
+    in_flight: &'a Mutex<Option<InFlight>>,
 }
 
 impl<A: Actuator> Run<'_, A> {
@@ -427,6 +429,7 @@ struct Path {
     error: &'static str,
     success: &'static str,
     metric: Operation,
+    call: Call,
 }
 
 async fn reconcile_once<A: Actuator>(
@@ -440,6 +443,7 @@ async fn reconcile_once<A: Actuator>(
         api: extensions_api(&ctx.client, ext),
         ext: ext.clone(),
         object: format!("{namespace}/{}", ext.name_any()),
+        in_flight,
     };
 
     // The operation-annotation wrapper.
@@ -466,246 +470,276 @@ async fn reconcile_once<A: Actuator>(
         run.remove_reconcile_annotation().await?;
     }
 
-    let started = Instant::now();
+    let cluster = cluster.as_ref();
     match decision {
         Decision::SkipFailedShoot => {
-            tracing::info!(object = %run.object, "Skipping the reconciliation of Extension of failed shoot");
-            ctx.observer.operation(
-                Operation::Reconcile,
-                OperationResult::Skipped,
-                started.elapsed(),
-            );
-            Ok(Action::await_change())
+            Ok(run.skip("Skipping the reconciliation of Extension of failed shoot"))
         }
-        Decision::SkipMigrated => {
-            tracing::info!(object = %run.object, "Skipping the operation of a migrated Extension");
-            ctx.observer.operation(
-                Operation::Reconcile,
-                OperationResult::Skipped,
-                started.elapsed(),
-            );
-            Ok(Action::await_change())
-        }
-        Decision::Delete { force } => {
-            // Without our finalizer the object was never ours to clean up (or already is).
-            if !run.has_finalizer(&ctx.config.finalizer()) {
-                return Ok(Action::await_change());
-            }
-            let path = Path {
-                processing: d::DELETE_PROCESSING,
-                error: d::DELETE_ERROR,
-                success: d::DELETE_SUCCESS,
-                metric: if force {
-                    Operation::ForceDelete
-                } else {
-                    Operation::Delete
-                },
-            };
-            let call = if force {
-                Call::ForceDelete
-            } else {
-                Call::Delete
-            };
-            let outcome = run_actuator(
-                &mut run,
-                OperationType::Delete,
-                path,
-                call,
-                cluster.as_ref(),
-                in_flight,
-            )
-            .await?;
-            if let Some(action) = outcome {
-                return Ok(action);
-            }
-            run.remove_own_finalizer().await?;
-            Ok(Action::await_change())
-        }
-        Decision::Migrate => {
-            let path = Path {
-                processing: d::MIGRATE_PROCESSING,
-                error: d::MIGRATE_ERROR,
-                success: d::MIGRATE_SUCCESS,
-                metric: Operation::Migrate,
-            };
-            let outcome = run_actuator(
-                &mut run,
-                OperationType::Migrate,
-                path,
-                Call::Migrate,
-                cluster.as_ref(),
-                in_flight,
-            )
-            .await?;
-            if let Some(action) = outcome {
-                return Ok(action);
-            }
-            // The object leaves this seed: nothing may hold it here any more, foreign
-            // finalizers included.
-            run.remove_all_finalizers().await?;
-            run.remove_operation_annotation().await?;
-            Ok(Action::await_change())
-        }
-        Decision::Restore => {
-            run.ensure_finalizer(reconcile_requested).await?;
-            let path = Path {
-                processing: d::RESTORE_PROCESSING,
-                error: d::RESTORE_ERROR,
-                success: d::RESTORE_SUCCESS,
-                metric: Operation::Restore,
-            };
-            let outcome = run_actuator(
-                &mut run,
-                OperationType::Restore,
-                path,
-                Call::Restore,
-                cluster.as_ref(),
-                in_flight,
-            )
-            .await?;
-            if let Some(action) = outcome {
-                return Ok(action);
-            }
-            run.remove_operation_annotation().await?;
-            Ok(Action::await_change())
-        }
-        Decision::Reconcile(op) => {
-            run.ensure_finalizer(reconcile_requested).await?;
-            let path = Path {
-                processing: d::RECONCILE_PROCESSING,
-                error: d::RECONCILE_ERROR,
-                success: d::RECONCILE_SUCCESS,
-                metric: if op == OperationType::Create {
-                    Operation::Create
-                } else {
-                    Operation::Reconcile
-                },
-            };
-            let outcome = run_actuator(
-                &mut run,
-                op,
-                path,
-                Call::Reconcile,
-                cluster.as_ref(),
-                in_flight,
-            )
-            .await?;
-            if let Some(action) = outcome {
-                return Ok(action);
-            }
-            Ok(if ctx.config.resync.is_zero() {
-                Action::await_change()
-            } else {
-                Action::requeue(ctx.config.resync)
-            })
-        }
+        Decision::SkipMigrated => Ok(run.skip("Skipping the operation of a migrated Extension")),
+        Decision::Delete { force: false } => run.delete(cluster).await,
+        Decision::Delete { force: true } => run.force_delete(cluster).await,
+        Decision::Migrate => run.migrate(cluster).await,
+        Decision::Restore => run.restore(cluster, reconcile_requested).await,
+        Decision::Reconcile(op) => run.reconcile(op, cluster, reconcile_requested).await,
     }
 }
 
-/// Processing → actuator → Error or Success. Returns `Some(action)` when the operation is still
-/// in progress and nothing after Success may run yet.
-async fn run_actuator<A: Actuator>(
-    run: &mut Run<'_, A>,
-    op: OperationType,
-    path: Path,
-    call: Call,
-    cluster: Option<&ClusterInfo>,
-    in_flight: &Mutex<Option<InFlight>>,
-) -> Result<Option<Action>, ReconcileError> {
-    let started = Instant::now();
-    let ctx = run.ctx;
-    // Processing is written before the actuator runs; if it cannot be written, the actuator
-    // does not run.
-    run.patch_status(
-        "write the Processing status of",
-        status::processing(op, path.processing, &run.status_time()),
-    )
-    .await?;
-    if let Ok(mut slot) = in_flight.lock() {
-        *slot = Some(InFlight {
+/// The operation paths, one method each as in Gardener's extension reconciler.
+impl<A: Actuator> Run<'_, A> {
+    fn skip(&self, why: &'static str) -> Action {
+        let started = Instant::now();
+        tracing::info!(object = %self.object, "{why}");
+        self.ctx.observer.operation(
+            Operation::Reconcile,
+            OperationResult::Skipped,
+            started.elapsed(),
+        );
+        Action::await_change()
+    }
+
+    async fn delete(&mut self, cluster: Option<&ClusterInfo>) -> Result<Action, ReconcileError> {
+        self.delete_with(cluster, Call::Delete, Operation::Delete)
+            .await
+    }
+
+    async fn force_delete(
+        &mut self,
+        cluster: Option<&ClusterInfo>,
+    ) -> Result<Action, ReconcileError> {
+        self.delete_with(cluster, Call::ForceDelete, Operation::ForceDelete)
+            .await
+    }
+
+    async fn delete_with(
+        &mut self,
+        cluster: Option<&ClusterInfo>,
+        call: Call,
+        metric: Operation,
+    ) -> Result<Action, ReconcileError> {
+        // Without our finalizer the object was never ours to clean up (or already is).
+        if !self.has_finalizer(&self.ctx.config.finalizer()) {
+            return Ok(Action::await_change());
+        }
+        let path = Path {
+            processing: d::DELETE_PROCESSING,
+            error: d::DELETE_ERROR,
+            success: d::DELETE_SUCCESS,
+            metric,
+            call,
+        };
+        if let Some(action) = self
+            .run_actuator(OperationType::Delete, path, cluster)
+            .await?
+        {
+            return Ok(action);
+        }
+        self.remove_own_finalizer().await?;
+        Ok(Action::await_change())
+    }
+
+    async fn migrate(&mut self, cluster: Option<&ClusterInfo>) -> Result<Action, ReconcileError> {
+        let path = Path {
+            processing: d::MIGRATE_PROCESSING,
+            error: d::MIGRATE_ERROR,
+            success: d::MIGRATE_SUCCESS,
+            metric: Operation::Migrate,
+            call: Call::Migrate,
+        };
+        if let Some(action) = self
+            .run_actuator(OperationType::Migrate, path, cluster)
+            .await?
+        {
+            return Ok(action);
+        }
+        // The object leaves this seed: nothing may hold it here any more, foreign finalizers
+        // included.
+        self.remove_all_finalizers().await?;
+        self.remove_operation_annotation().await?;
+        Ok(Action::await_change())
+    }
+
+    async fn restore(
+        &mut self,
+        cluster: Option<&ClusterInfo>,
+        reconcile_requested: bool,
+    ) -> Result<Action, ReconcileError> {
+        self.ensure_finalizer(reconcile_requested).await?;
+        let path = Path {
+            processing: d::RESTORE_PROCESSING,
+            error: d::RESTORE_ERROR,
+            success: d::RESTORE_SUCCESS,
+            metric: Operation::Restore,
+            call: Call::Restore,
+        };
+        if let Some(action) = self
+            .run_actuator(OperationType::Restore, path, cluster)
+            .await?
+        {
+            return Ok(action);
+        }
+        self.remove_operation_annotation().await?;
+        Ok(Action::await_change())
+    }
+
+    async fn reconcile(
+        &mut self,
+        op: OperationType,
+        cluster: Option<&ClusterInfo>,
+        reconcile_requested: bool,
+    ) -> Result<Action, ReconcileError> {
+        self.ensure_finalizer(reconcile_requested).await?;
+        let path = Path {
+            processing: d::RECONCILE_PROCESSING,
+            error: d::RECONCILE_ERROR,
+            success: d::RECONCILE_SUCCESS,
+            metric: if op == OperationType::Create {
+                Operation::Create
+            } else {
+                Operation::Reconcile
+            },
+            call: Call::Reconcile,
+        };
+        if let Some(action) = self.run_actuator(op, path, cluster).await? {
+            return Ok(action);
+        }
+        let resync = self.ctx.config.resync;
+        Ok(if resync.is_zero() {
+            Action::await_change()
+        } else {
+            Action::requeue(resync)
+        })
+    }
+
+    /// Processing → actuator → Error or Success. Returns `Some(action)` when the operation is
+    /// still in progress and nothing after Success may run yet.
+    async fn run_actuator(
+        &mut self,
+        op: OperationType,
+        path: Path,
+        cluster: Option<&ClusterInfo>,
+    ) -> Result<Option<Action>, ReconcileError> {
+        let started = Instant::now();
+        // Processing is written before the actuator runs; if it cannot be written, the actuator
+        // does not run.
+        self.patch_status(
+            "write the Processing status of",
+            status::processing(op, path.processing, &self.status_time()),
+        )
+        .await?;
+        self.set_in_flight(Some(InFlight {
             operation: op,
             error_description: path.error,
-            generation: run.generation(),
-        });
+            generation: self.generation(),
+        }));
+        tracing::info!(object = %self.object, operation = op.as_str(), "starting");
+        let result = self.call_actuator(path.call, cluster).await;
+        self.set_in_flight(None);
+        match result {
+            Err(e) => Err(self.record_failure(op, path, started, &e).await),
+            Ok(Outcome::InProgress {
+                description,
+                requeue_after,
+            }) => {
+                self.patch_status(
+                    "write the progress of",
+                    status::processing(op, &description, &self.status_time()),
+                )
+                .await?;
+                let observer = &self.ctx.observer;
+                observer.operation(path.metric, OperationResult::InProgress, started.elapsed());
+                tracing::info!(object = %self.object, operation = op.as_str(), progress = %description, "in progress");
+                Ok(Some(Action::requeue(requeue_after)))
+            }
+            Ok(Outcome::Done) => {
+                self.record_success(op, path, started).await?;
+                Ok(None)
+            }
+        }
     }
-    tracing::info!(object = %run.object, operation = op.as_str(), "starting");
-    let result = {
-        let actuator_ctx = ActuatorContext {
-            extension: &run.ext,
+
+    /// Tells the deadline in [`reconcile`] which operation to record when it cuts this one off.
+    fn set_in_flight(&self, running: Option<InFlight>) {
+        if let Ok(mut slot) = self.in_flight.lock() {
+            *slot = running;
+        }
+    }
+
+    async fn call_actuator(
+        &self,
+        call: Call,
+        cluster: Option<&ClusterInfo>,
+    ) -> Result<Outcome, A::Error> {
+        let actuator = &self.ctx.actuator;
+        let ctx = ActuatorContext {
+            extension: &self.ext,
             cluster,
         };
         match call {
-            Call::Reconcile => ctx.actuator.reconcile(&actuator_ctx).await,
-            Call::Delete => ctx.actuator.delete(&actuator_ctx).await,
-            Call::ForceDelete => ctx.actuator.force_delete(&actuator_ctx).await,
-            Call::Migrate => ctx.actuator.migrate(&actuator_ctx).await,
-            Call::Restore => ctx.actuator.restore(&actuator_ctx).await,
+            Call::Reconcile => actuator.reconcile(&ctx).await,
+            Call::Delete => actuator.delete(&ctx).await,
+            Call::ForceDelete => actuator.force_delete(&ctx).await,
+            Call::Migrate => actuator.migrate(&ctx).await,
+            Call::Restore => actuator.restore(&ctx).await,
         }
-    };
-    if let Ok(mut slot) = in_flight.lock() {
-        *slot = None;
     }
-    match result {
-        Err(e) => {
-            let codes = status::dedup_codes(e.codes());
-            let message = e.to_string();
-            let body = status::error(
-                op,
-                path.error,
-                &message,
-                &codes,
-                run.generation(),
-                &run.status_time(),
-            );
-            // As in Gardener, a failure to record the error does not hide the error itself.
-            if let Err(write) = run.patch_status("write the Error status of", body).await {
-                tracing::error!(object = %run.object, error = %write, "could not record the error in the status");
-            }
-            ctx.observer
-                .operation(path.metric, OperationResult::Error, started.elapsed());
-            tracing::error!(object = %run.object, operation = op.as_str(), error = %message, "operation failed");
-            if let Some(events) = &ctx.events {
-                events
-                    .record(&run.ext, op, EventOutcome::Failed(&message))
-                    .await;
-            }
-            Err(ReconcileError::Actuator {
-                operation: op,
-                object: run.object.clone(),
-                message,
-                codes,
-            })
+
+    async fn record_failure(
+        &mut self,
+        op: OperationType,
+        path: Path,
+        started: Instant,
+        e: &A::Error,
+    ) -> ReconcileError {
+        let codes = status::dedup_codes(e.codes());
+        let message = e.to_string();
+        let body = status::error(
+            op,
+            path.error,
+            &message,
+            &codes,
+            self.generation(),
+            &self.status_time(),
+        );
+        // As in Gardener, a failure to record the error does not hide the error itself.
+        if let Err(write) = self.patch_status("write the Error status of", body).await {
+            tracing::error!(object = %self.object, error = %write, "could not record the error in the status");
         }
-        Ok(Outcome::InProgress {
-            description,
-            requeue_after,
-        }) => {
-            run.patch_status(
-                "write the progress of",
-                status::processing(op, &description, &run.status_time()),
-            )
-            .await?;
-            ctx.observer
-                .operation(path.metric, OperationResult::InProgress, started.elapsed());
-            tracing::info!(object = %run.object, operation = op.as_str(), progress = %description, "in progress");
-            Ok(Some(Action::requeue(requeue_after)))
+        let observer = &self.ctx.observer;
+        observer.operation(path.metric, OperationResult::Error, started.elapsed());
+        tracing::error!(object = %self.object, operation = op.as_str(), error = %message, "operation failed");
+        if let Some(events) = &self.ctx.events {
+            events
+                .record(&self.ext, op, EventOutcome::Failed(&message))
+                .await;
         }
-        Ok(Outcome::Done) => {
-            run.patch_status(
-                "write the Success status of",
-                status::success(op, path.success, run.generation(), &run.status_time()),
-            )
-            .await?;
-            ctx.observer
-                .operation(path.metric, OperationResult::Succeeded, started.elapsed());
-            tracing::info!(object = %run.object, operation = op.as_str(), "succeeded");
-            if let Some(events) = &ctx.events {
-                events
-                    .record(&run.ext, op, EventOutcome::Succeeded(path.success))
-                    .await;
-            }
-            Ok(None)
+        ReconcileError::Actuator {
+            operation: op,
+            object: self.object.clone(),
+            message,
+            codes,
         }
+    }
+
+    async fn record_success(
+        &mut self,
+        op: OperationType,
+        path: Path,
+        started: Instant,
+    ) -> Result<(), ReconcileError> {
+        self.patch_status(
+            "write the Success status of",
+            status::success(op, path.success, self.generation(), &self.status_time()),
+        )
+        .await?;
+        let observer = &self.ctx.observer;
+        observer.operation(path.metric, OperationResult::Succeeded, started.elapsed());
+        tracing::info!(object = %self.object, operation = op.as_str(), "succeeded");
+        if let Some(events) = &self.ctx.events {
+            events
+                .record(&self.ext, op, EventOutcome::Succeeded(path.success))
+                .await;
+        }
+        Ok(())
     }
 }
 
