@@ -32,6 +32,7 @@ pub mod error;
 pub mod heartbeat;
 mod http;
 pub mod leader;
+mod lifecycle;
 pub mod logging;
 pub mod manager;
 pub mod metrics;
