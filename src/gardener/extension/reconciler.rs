@@ -5,185 +5,29 @@
 //! [`super::operation::decide`]) → write finalizer and Processing → actuator → write Error or
 //! Success → finalizer and annotation clean-up.
 
-use super::events::{EventOutcome, OutcomeEvents};
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Patch, PatchParams};
+use kube::api::Patch;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Api, Client, ResourceExt};
-use serde_json::json;
+use kube::{Api, ResourceExt};
 
 use crate::gardener::api::{
-    Cluster, Extension, OPERATION_ANNOTATION, OperationType, SHOOT_ROLE_LABEL, SHOOT_ROLE_VALUE,
-    TIMESTAMP_ANNOTATION, operation,
+    Cluster, Extension, OperationType, SHOOT_ROLE_LABEL, SHOOT_ROLE_VALUE, operation,
 };
-use crate::gardener::cache::SharedCaches;
 use crate::gardener::error_codes::CodedError;
-use crate::gardener::runtime::metrics::{
-    Operation, OperationResult, ReconcileMetrics, ReconcileResult,
-};
+use crate::gardener::runtime::metrics::{Operation, OperationResult};
 
 use super::actuator::{Actuator, ActuatorContext, ClusterInfo, Outcome};
+use super::context::Context;
 use super::error::ReconcileError;
+use super::events::EventOutcome;
 use super::operation::{ClusterFacts, Decision, decide, operation_annotation};
-use super::predicate::TriggerMode;
+pub use super::run::FIELD_MANAGER;
+use super::run::{InFlight, Run, extensions_api, patch_params};
 use super::status::{self, descriptions as d};
-
-/// Field manager recorded for every write of the reconciler.
-pub const FIELD_MANAGER: &str = "gardener-extension";
-
-/// Settings of the Extension reconciler.
-#[derive(Clone, Debug)]
-pub struct ReconcilerConfig {
-    /// The extension type (`spec.type`) this controller handles; also the finalizer suffix.
-    pub extension_type: String,
-    /// Extension classes handled (`--extension-classes`); empty means `shoot`.
-    pub classes: Vec<String>,
-    /// Requeue after a successful reconcile (`--resync-period`); zero disables it.
-    pub resync: Duration,
-    /// Deadline of one reconcile (Gardener: 3 minutes).
-    pub timeout: Duration,
-    /// What starts a reconcile (`--ignore-operation-annotation`).
-    pub trigger: TriggerMode,
-    /// Reconciles running at the same time (`--max-concurrent-reconciles`).
-    pub max_concurrent: u16,
-    /// Watch only this namespace (tests run many controllers on one API server).
-    pub namespace: Option<String>,
-}
-
-impl ReconcilerConfig {
-    /// Defaults that match Gardener's extension library for `extension_type`.
-    pub fn new(extension_type: &str) -> ReconcilerConfig {
-        ReconcilerConfig {
-            extension_type: extension_type.to_string(),
-            classes: Vec::new(),
-            resync: Duration::from_secs(60 * 60),
-            timeout: Duration::from_secs(3 * 60),
-            trigger: TriggerMode::OperationAnnotation,
-            max_concurrent: 5,
-            namespace: None,
-        }
-    }
-
-    /// `extensions.gardener.cloud/<type>`.
-    pub fn finalizer(&self) -> String {
-        format!("extensions.gardener.cloud/{}", self.extension_type)
-    }
-}
-
-/// Receives what the reconciler did; the runtime turns it into metrics.
-pub trait OperationObserver: Send + Sync {
-    /// One actuator operation and how it ended.
-    fn operation(&self, operation: Operation, result: OperationResult, elapsed: Duration);
-    /// One call of the reconcile function.
-    fn reconcile(&self, result: ReconcileResult, elapsed: Duration);
-}
-
-/// An observer that records nothing.
-pub struct NoObserver;
-
-impl OperationObserver for NoObserver {
-    fn operation(&self, _: Operation, _: OperationResult, _: Duration) {}
-    fn reconcile(&self, _: ReconcileResult, _: Duration) {}
-}
-
-/// Reports to the runtime's metric families under a controller name.
-pub struct ControllerMetrics {
-    pub metrics: ReconcileMetrics,
-    pub controller: &'static str,
-}
-
-impl OperationObserver for ControllerMetrics {
-    fn operation(&self, operation: Operation, result: OperationResult, elapsed: Duration) {
-        self.metrics
-            .observe(self.controller, operation, result, elapsed);
-    }
-    fn reconcile(&self, result: ReconcileResult, elapsed: Duration) {
-        self.metrics
-            .observe_reconcile(self.controller, result, elapsed);
-    }
-}
-
-/// Everything a reconcile needs, injected once.
-pub struct Context<A> {
-    pub client: Client,
-    pub actuator: A,
-    pub caches: SharedCaches,
-    pub config: ReconcilerConfig,
-    pub observer: Arc<dyn OperationObserver>,
-    /// Events on the Extension for each operation's outcome; none when unset.
-    pub events: Option<OutcomeEvents>,
-    /// Consecutive failures per object, for client-go's per-item exponential backoff.
-    failures: Mutex<HashMap<ObjectRef<Extension>, u32>>,
-}
-
-impl<A> Context<A> {
-    pub fn new(
-        client: Client,
-        actuator: A,
-        caches: SharedCaches,
-        config: ReconcilerConfig,
-        observer: Arc<dyn OperationObserver>,
-    ) -> Context<A> {
-        Context {
-            client,
-            actuator,
-            caches,
-            config,
-            observer,
-            events: None,
-            failures: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// Also records an Event on the Extension for each operation's outcome.
-    pub fn with_events(self, events: OutcomeEvents) -> Context<A> {
-        Context {
-            events: Some(events),
-            ..self
-        }
-    }
-
-    fn reset_failures(&self, key: &ObjectRef<Extension>) {
-        if let Ok(mut f) = self.failures.lock() {
-            f.remove(key);
-        }
-    }
-
-    /// The delay before retrying a failed object: client-go's per-item exponential backoff
-    /// (5 ms doubling up to 1000 s).
-    pub fn next_backoff(&self, key: &ObjectRef<Extension>) -> Duration {
-        let n = match self.failures.lock() {
-            Ok(mut f) => {
-                let n = f.entry(key.clone()).or_insert(0);
-                *n = n.saturating_add(1);
-                *n
-            }
-            Err(_) => 1,
-        };
-        item_backoff(n)
-    }
-}
-
-/// client-go's `ItemExponentialFailureRateLimiter(5ms, 1000s)` for the n-th failure.
-pub fn item_backoff(failures: u32) -> Duration {
-    let base = Duration::from_millis(5);
-    let max = Duration::from_secs(1000);
-    let exp = failures.saturating_sub(1).min(30);
-    base.checked_mul(1u32 << exp).map_or(max, |d| d.min(max))
-}
-
-/// The operation running when a reconcile hit its deadline, so the timeout can be recorded.
-#[derive(Clone, Copy)]
-struct InFlight {
-    operation: OperationType,
-    error_description: &'static str,
-    generation: i64,
-}
 
 /// Reconciles one Extension under the configured deadline. Never panics on real input: every
 /// failure is a [`ReconcileError`] that the controller retries with backoff.
@@ -234,182 +78,6 @@ pub async fn reconcile<A: Actuator>(
             })
         }
     }
-}
-
-fn patch_params() -> PatchParams {
-    PatchParams {
-        field_manager: Some(FIELD_MANAGER.to_string()),
-        ..Default::default()
-    }
-}
-
-fn extensions_api(client: &Client, ext: &Extension) -> Api<Extension> {
-    Api::namespaced(client.clone(), &ext.namespace().unwrap_or_default())
-}
-
-/// The per-reconcile working state: the latest version of the object, updated from the
-/// response of every write so later writes carry the current resourceVersion and generation.
-struct Run<'a, A> {
-    ctx: &'a Context<A>,
-    api: Api<Extension>,
-    ext: Extension,
-    object: String,
-    /// Read by the deadline in [`reconcile`] when it cuts the actuator off.
-    in_flight: &'a Mutex<Option<InFlight>>,
-}
-
-impl<A: Actuator> Run<'_, A> {
-    fn name(&self) -> String {
-        self.ext.name_any()
-    }
-
-    fn kube_error(&self, action: &'static str, source: kube::Error) -> ReconcileError {
-        ReconcileError::Kube {
-            action,
-            object: self.object.clone(),
-            source,
-        }
-    }
-
-    async fn patch_meta(
-        &mut self,
-        action: &'static str,
-        body: serde_json::Value,
-    ) -> Result<(), ReconcileError> {
-        self.patch(Subresource::None, action, body).await
-    }
-
-    async fn patch_status(
-        &mut self,
-        action: &'static str,
-        body: serde_json::Value,
-    ) -> Result<(), ReconcileError> {
-        self.patch(Subresource::Status, action, body).await
-    }
-
-    /// A JSON merge patch; the response becomes the working copy, so later writes carry the
-    /// current resourceVersion and generation.
-    async fn patch(
-        &mut self,
-        target: Subresource,
-        action: &'static str,
-        body: serde_json::Value,
-    ) -> Result<(), ReconcileError> {
-        let (name, params, patch) = (self.name(), patch_params(), Patch::Merge(&body));
-        let result = match target {
-            Subresource::None => self.api.patch(&name, &params, &patch).await,
-            Subresource::Status => self.api.patch_status(&name, &params, &patch).await,
-        };
-        match result {
-            Ok(updated) => {
-                self.ext = updated;
-                Ok(())
-            }
-            Err(e) => Err(self.kube_error(action, e)),
-        }
-    }
-
-    fn has_finalizer(&self, finalizer: &str) -> bool {
-        self.ext.finalizers().iter().any(|f| f == finalizer)
-    }
-
-    /// Adds our finalizer with optimistic locking: a concurrent change of the list makes the
-    /// patch fail with a conflict and the reconcile is retried, so no finalizer is lost. With
-    /// `remove_reconcile`, gardenlet's `reconcile` annotation goes in the same request (a first
-    /// reconcile then costs one metadata write instead of two).
-    async fn ensure_finalizer(&mut self, remove_reconcile: bool) -> Result<(), ReconcileError> {
-        let finalizer = self.ctx.config.finalizer();
-        if self.has_finalizer(&finalizer) {
-            return if remove_reconcile {
-                self.remove_reconcile_annotation().await
-            } else {
-                Ok(())
-            };
-        }
-        let mut finalizers = self.ext.finalizers().to_vec();
-        finalizers.push(finalizer);
-        let mut metadata =
-            json!({"finalizers": finalizers, "resourceVersion": self.ext.resource_version()});
-        if remove_reconcile {
-            metadata["annotations"] = json!({OPERATION_ANNOTATION: null});
-        }
-        self.patch_meta("add the finalizer to", json!({"metadata": metadata}))
-            .await
-    }
-
-    /// Removes gardenlet's `reconcile` annotation, without a lock: nothing else is in the patch.
-    async fn remove_reconcile_annotation(&mut self) -> Result<(), ReconcileError> {
-        let body = json!({"metadata": {"annotations": {OPERATION_ANNOTATION: null}}});
-        self.patch_meta("remove the reconcile annotation from", body)
-            .await
-    }
-
-    async fn remove_own_finalizer(&mut self) -> Result<(), ReconcileError> {
-        let finalizer = self.ctx.config.finalizer();
-        if !self.has_finalizer(&finalizer) {
-            return Ok(());
-        }
-        let finalizers: Vec<&String> = self
-            .ext
-            .finalizers()
-            .iter()
-            .filter(|f| **f != finalizer)
-            .collect();
-        let body = json!({"metadata": {"finalizers": finalizers, "resourceVersion": self.ext.resource_version()}});
-        ignore_not_found(self.patch_meta("remove the finalizer from", body).await)
-    }
-
-    async fn remove_all_finalizers(&mut self) -> Result<(), ReconcileError> {
-        ignore_not_found(
-            self.patch_meta(
-                "remove all finalizers from",
-                json!({"metadata": {"finalizers": null}}),
-            )
-            .await,
-        )
-    }
-
-    async fn remove_operation_annotation(&mut self) -> Result<(), ReconcileError> {
-        if operation_annotation(&self.ext).is_none() {
-            return Ok(());
-        }
-        let body = json!({"metadata": {"annotations": {OPERATION_ANNOTATION: null}}});
-        ignore_not_found(
-            self.patch_meta("remove the operation annotation from", body)
-                .await,
-        )
-    }
-
-    /// See [`status::status_time`].
-    fn status_time(&self) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
-        status::status_time(
-            self.ext
-                .annotations()
-                .get(TIMESTAMP_ANNOTATION)
-                .map(String::as_str),
-        )
-    }
-
-    fn generation(&self) -> i64 {
-        self.ext.metadata.generation.unwrap_or(0)
-    }
-}
-
-fn ignore_not_found(result: Result<(), ReconcileError>) -> Result<(), ReconcileError> {
-    match result {
-        Err(ReconcileError::Kube {
-            source: kube::Error::Api(status),
-            ..
-        }) if status.code == 404 => Ok(()),
-        other => other,
-    }
-}
-
-/// The object itself or its status subresource.
-#[derive(Clone, Copy)]
-enum Subresource {
-    None,
-    Status,
 }
 
 /// Which actuator method a path calls.
@@ -484,7 +152,8 @@ async fn reconcile_once<A: Actuator>(
     }
 }
 
-/// The operation paths, one method each as in Gardener's extension reconciler.
+/// The operation paths, one method each as in Gardener's extension reconciler (the writes
+/// they make are in [`super::run`]).
 impl<A: Actuator> Run<'_, A> {
     fn skip(&self, why: &'static str) -> Action {
         let started = Instant::now();
@@ -789,26 +458,4 @@ async fn lookup_cluster<A>(
     };
     let shoot = cluster.shoot()?;
     Ok(Some(ClusterInfo { cluster, shoot }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_follows_client_go() {
-        assert_eq!(item_backoff(1), Duration::from_millis(5));
-        assert_eq!(item_backoff(2), Duration::from_millis(10));
-        assert_eq!(item_backoff(11), Duration::from_millis(5 * 1024));
-        assert_eq!(item_backoff(40), Duration::from_secs(1000));
-        assert_eq!(item_backoff(u32::MAX), Duration::from_secs(1000));
-    }
-
-    #[test]
-    fn finalizer_is_prefixed_with_the_extensions_group() {
-        assert_eq!(
-            ReconcilerConfig::new("containerd-shim").finalizer(),
-            "extensions.gardener.cloud/containerd-shim"
-        );
-    }
 }
