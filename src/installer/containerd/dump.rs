@@ -131,6 +131,30 @@ pub fn check_dump(
     } else {
         ConfigVersion::V2
     };
+    ensure_present(config, &doc, layout, present)?;
+    for gone in absent {
+        let key = layout.runtime_table(&gone.handler);
+        let still_ours = table_at(doc.as_table(), &key)
+            .and_then(|table| gone.managed_key.value_in(table))
+            == Some(gone.runtime_path.as_str());
+        if still_ours {
+            return Err(ConfigError::RuntimeStillPresent {
+                config: config.to_path_buf(),
+                handler: gone.handler.clone(),
+                key,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Fails unless every runtime of `present` shows in the dump exactly as expected.
+fn ensure_present(
+    config: &Path,
+    doc: &DocumentMut,
+    layout: ConfigVersion,
+    present: &[ExpectedRuntime],
+) -> Result<(), ConfigError> {
     for expected in present {
         let key = layout.runtime_table(&expected.handler);
         let Some(table) = table_at(doc.as_table(), &key) else {
@@ -161,19 +185,6 @@ pub fn check_dump(
                     expected: want.clone(),
                 });
             }
-        }
-    }
-    for gone in absent {
-        let key = layout.runtime_table(&gone.handler);
-        let still_ours = table_at(doc.as_table(), &key)
-            .and_then(|table| gone.managed_key.value_in(table))
-            == Some(gone.runtime_path.as_str());
-        if still_ours {
-            return Err(ConfigError::RuntimeStillPresent {
-                config: config.to_path_buf(),
-                handler: gone.handler.clone(),
-                key,
-            });
         }
     }
     Ok(())

@@ -138,63 +138,9 @@ pub fn plan_install_keeping(
     target.containerd.ensure_supported()?;
     validate_set(runtimes)?;
     if !runtimes.is_empty() {
-        // Everything containerd reads counts: a CRI plugin disabled in a drop-in, or a runtime
-        // of one of our handlers in an imported file, is as real as one in the main file.
-        let (editable, generated) = match &target.strategy {
-            WriteStrategy::InPlace { file } => (Some(file.as_path()), None),
-            WriteStrategy::DropIn { file, .. } | WriteStrategy::DropInWithImport { file, .. } => {
-                (None, Some(file.as_path()))
-            }
-        };
-        let files = files_read(host, target.containerd, &target.config, generated)?;
-        ensure_cri_enabled(&files)?;
-        ensure_no_foreign_handlers(&files, runtimes, previous, editable)?;
-        if let Some(edited) = editable {
-            ensure_cri_table_not_imported(&files, target.containerd, edited)?;
-        }
+        ensure_nothing_in_the_way(host, target, runtimes, previous)?;
     }
-    let mut outcomes = match &target.strategy {
-        WriteStrategy::InPlace { file } => vec![edit_config(
-            host,
-            file,
-            target.version,
-            runtimes,
-            None,
-            previous.file(file),
-            kept,
-        )?],
-        WriteStrategy::DropIn { file, main } => vec![generate_drop_in(
-            host,
-            file,
-            main,
-            target.version,
-            runtimes,
-            previous.file(file),
-        )?],
-        WriteStrategy::DropInWithImport { file, main } => {
-            let entry = utf8(file)?;
-            let drop_in = generate_drop_in(
-                host,
-                file,
-                main,
-                target.version,
-                runtimes,
-                previous.file(file),
-            )?;
-            // The import goes only where a drop-in will exist to import.
-            let import = drop_in.after.as_ref().map(|_| entry);
-            let main = edit_config(
-                host,
-                main,
-                target.version,
-                &[],
-                import,
-                previous.file(main),
-                None,
-            )?;
-            vec![drop_in, main]
-        }
-    };
+    let mut outcomes = edit_target(host, target, runtimes, previous, kept)?;
     let targeted: BTreeSet<PathBuf> = outcomes.iter().map(|o| o.path.clone()).collect();
     for owned in &previous.files {
         if !targeted.contains(&owned.path) {
@@ -238,6 +184,82 @@ pub fn plan_install_keeping(
         present,
         absent,
     ))
+}
+
+/// Fails when something containerd reads stands in the way of installing `runtimes`.
+fn ensure_nothing_in_the_way(
+    host: &dyn HostFs,
+    target: &Target,
+    runtimes: &[RuntimeEntry],
+    previous: &Ownership,
+) -> Result<(), ConfigError> {
+    // Everything containerd reads counts: a CRI plugin disabled in a drop-in, or a runtime of
+    // one of our handlers in an imported file, is as real as one in the main file.
+    let (editable, generated) = match &target.strategy {
+        WriteStrategy::InPlace { file } => (Some(file.as_path()), None),
+        WriteStrategy::DropIn { file, .. } | WriteStrategy::DropInWithImport { file, .. } => {
+            (None, Some(file.as_path()))
+        }
+    };
+    let files = files_read(host, target.containerd, &target.config, generated)?;
+    ensure_cri_enabled(&files)?;
+    ensure_no_foreign_handlers(&files, runtimes, previous, editable)?;
+    if let Some(edited) = editable {
+        ensure_cri_table_not_imported(&files, target.containerd, edited)?;
+    }
+    Ok(())
+}
+
+/// The files the target's write strategy changes, each with its new content.
+fn edit_target(
+    host: &dyn HostFs,
+    target: &Target,
+    runtimes: &[RuntimeEntry],
+    previous: &Ownership,
+    kept: Option<&[KeptRuntime]>,
+) -> Result<Vec<FileOutcome>, ConfigError> {
+    Ok(match &target.strategy {
+        WriteStrategy::InPlace { file } => vec![edit_config(
+            host,
+            file,
+            target.version,
+            runtimes,
+            None,
+            previous.file(file),
+            kept,
+        )?],
+        WriteStrategy::DropIn { file, main } => vec![generate_drop_in(
+            host,
+            file,
+            main,
+            target.version,
+            runtimes,
+            previous.file(file),
+        )?],
+        WriteStrategy::DropInWithImport { file, main } => {
+            let entry = utf8(file)?;
+            let drop_in = generate_drop_in(
+                host,
+                file,
+                main,
+                target.version,
+                runtimes,
+                previous.file(file),
+            )?;
+            // The import goes only where a drop-in will exist to import.
+            let import = drop_in.after.as_ref().map(|_| entry);
+            let main = edit_config(
+                host,
+                main,
+                target.version,
+                &[],
+                import,
+                previous.file(main),
+                None,
+            )?;
+            vec![drop_in, main]
+        }
+    })
 }
 
 /// Plans removing everything the record says we own. `containerd` is the release on the node,
@@ -288,74 +310,19 @@ fn assemble(
     present: Vec<ExpectedRuntime>,
     absent: Vec<ExpectedRuntime>,
 ) -> Plan {
-    let mut backups = Vec::new();
-    let mut writes = Vec::new();
-    let mut deletes = Vec::new();
-    let mut owned_files = Vec::new();
+    let mut actions = Actions::default();
     // Drop-ins first, then the files that import them (see the module docs).
     let mut ordered: Vec<&FileOutcome> = outcomes.iter().collect();
     ordered.sort_by_key(|o| matches!(o.role, FileRole::Config));
     for outcome in ordered {
-        let before_us = previous.file(&outcome.path);
-        let mut owned = outcome.owned.clone();
-        owned.backup = before_us.is_some_and(|p| p.backup);
-        match (&outcome.before, &outcome.after) {
-            (before, Some(after)) if before.as_deref() != Some(after.as_str()) => {
-                // The backup holds the file as it was before our first edit (the recorded
-                // original), whatever happened since: it is written only where none exists, so
-                // drift repair and later edits never replace it (nor copy our own tables into
-                // it), and a backup lost to an interrupted first edit is written again.
-                if let Some(original) = owned
-                    .original
-                    .as_ref()
-                    .filter(|_| before.is_some() && !owned.created && !owned.is_empty())
-                {
-                    let destination = suffixed(&outcome.path, BACKUP_SUFFIX);
-                    // An unreadable destination counts as present: never overwrite a backup.
-                    if !exists_host(host, &destination).unwrap_or(true) {
-                        backups.push(Backup {
-                            source: outcome.path.clone(),
-                            destination,
-                            content: original.clone(),
-                        });
-                    }
-                    owned.backup = true;
-                }
-                writes.push(FileWrite {
-                    path: outcome.path.clone(),
-                    content: after.clone(),
-                    previous: before.clone(),
-                });
-            }
-            (Some(before), None) => deletes.push(FileDelete {
-                path: outcome.path.clone(),
-                previous: before.clone(),
-            }),
-            _ => {}
-        }
-        if owned.is_empty() {
-            // Nothing of ours is left in the file: its backup goes with us. Without a record
-            // of it (a lost state file), a backup that means what the file means now is ours.
-            let backup = suffixed(&outcome.path, BACKUP_SUFFIX);
-            if let Ok(Some(content)) = read_host(host, &backup) {
-                let ours = owned.backup
-                    || outcome
-                        .after
-                        .as_deref()
-                        .is_some_and(|after| same_document(&content, after));
-                if ours {
-                    deletes.push(FileDelete {
-                        path: backup,
-                        previous: content,
-                    });
-                }
-            }
-            owned.backup = false;
-        }
-        if outcome.after.is_some() {
-            owned_files.push(owned);
-        }
+        actions.add(host, outcome, previous.file(&outcome.path));
     }
+    let Actions {
+        backups,
+        writes,
+        deletes,
+        owned_files,
+    } = actions;
     let changed = !writes.is_empty() || !deletes.is_empty();
     let exists_after = |path: &Path| {
         outcomes
@@ -382,6 +349,98 @@ fn assemble(
         validation,
         ownership: Ownership::from_files(owned_files),
         changed,
+    }
+}
+
+/// What a plan does to the files, and the record of what stays ours in them.
+#[derive(Default)]
+struct Actions {
+    backups: Vec<Backup>,
+    writes: Vec<FileWrite>,
+    deletes: Vec<FileDelete>,
+    owned_files: Vec<OwnedFile>,
+}
+
+impl Actions {
+    /// Adds one file's change; `before_us` is its previous record.
+    fn add(&mut self, host: &dyn HostFs, outcome: &FileOutcome, before_us: Option<&OwnedFile>) {
+        let mut owned = outcome.owned.clone();
+        owned.backup = before_us.is_some_and(|p| p.backup);
+        match (&outcome.before, &outcome.after) {
+            (before, Some(after)) if before.as_deref() != Some(after.as_str()) => {
+                self.back_up_original(host, outcome, &mut owned);
+                self.writes.push(FileWrite {
+                    path: outcome.path.clone(),
+                    content: after.clone(),
+                    previous: before.clone(),
+                });
+            }
+            (Some(before), None) => self.deletes.push(FileDelete {
+                path: outcome.path.clone(),
+                previous: before.clone(),
+            }),
+            _ => {}
+        }
+        if owned.is_empty() {
+            self.delete_our_backup(host, outcome, &mut owned);
+        }
+        if outcome.after.is_some() {
+            self.owned_files.push(owned);
+        }
+    }
+
+    /// The backup holds the file as it was before our first edit (the recorded original),
+    /// whatever happened since: it is written only where none exists, so drift repair and
+    /// later edits never replace it (nor copy our own tables into it), and a backup lost to an
+    /// interrupted first edit is written again.
+    fn back_up_original(
+        &mut self,
+        host: &dyn HostFs,
+        outcome: &FileOutcome,
+        owned: &mut OwnedFile,
+    ) {
+        let Some(original) = owned
+            .original
+            .as_ref()
+            .filter(|_| outcome.before.is_some() && !owned.created && !owned.is_empty())
+        else {
+            return;
+        };
+        let destination = suffixed(&outcome.path, BACKUP_SUFFIX);
+        // An unreadable destination counts as present: never overwrite a backup.
+        if !exists_host(host, &destination).unwrap_or(true) {
+            self.backups.push(Backup {
+                source: outcome.path.clone(),
+                destination,
+                content: original.clone(),
+            });
+        }
+        owned.backup = true;
+    }
+
+    /// Nothing of ours is left in the file: its backup goes with us. Without a record of it (a
+    /// lost state file), a backup that means what the file means now is ours.
+    fn delete_our_backup(
+        &mut self,
+        host: &dyn HostFs,
+        outcome: &FileOutcome,
+        owned: &mut OwnedFile,
+    ) {
+        let backup = suffixed(&outcome.path, BACKUP_SUFFIX);
+        if let Ok(Some(content)) = read_host(host, &backup) {
+            let ours = owned.backup
+                || outcome
+                    .after
+                    .as_deref()
+                    .is_some_and(|after| same_document(&content, after));
+            if ours {
+                self.deletes.push(FileDelete {
+                    path: backup,
+                    previous: content,
+                });
+            }
+        }
+        owned.backup = false;
     }
 }
 
