@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::admission;
-use super::catalog::{self, Catalog, CatalogEntry};
+use super::catalog::{Catalog, CatalogEntry};
 pub use super::custom_shim::MAX_BINARIES;
 use super::custom_shim::{custom_binaries, validate_custom_header};
 use super::error::{ConfigError, FieldError, FieldPath, quote};
@@ -207,7 +207,7 @@ fn check_runtime_class_names(
         errors.push(FieldError::invalid(&rc_path.child("name"), name, problem));
     }
     if let Some(handler) = &rc.handler
-        && let Err(problem) = catalog::handler(handler)
+        && let Err(problem) = syntax::handler(handler)
     {
         errors.push(FieldError::invalid(
             &rc_path.child("handler"),
@@ -232,7 +232,7 @@ fn handler_and_class(
     let handler = rc.handler.clone().unwrap_or(default_handler);
     if rc.handler.is_none()
         && matches!(source, Source::Custom(_))
-        && let Err(problem) = catalog::handler(&handler)
+        && let Err(problem) = syntax::handler(&handler)
     {
         errors.push(FieldError::invalid(
             &path.child("name"),
