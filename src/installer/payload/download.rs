@@ -158,9 +158,31 @@ impl Downloader {
         url: &str,
         open: &(dyn Fn() -> std::io::Result<Box<dyn HostWriter>> + Send + Sync),
     ) -> Result<Downloaded, Failure> {
+        let response = self.get_following_redirects(url).await?;
+        let max = self.config.max_bytes;
+        if let Some(length) = response
+            .headers()
+            .get(hyper::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            && length > max
+        {
+            return Err(Failure::permanent(format!(
+                "the file has {length} bytes, more than the limit of {max}"
+            )));
+        }
+        write_body(response.into_body(), max, open).await
+    }
+
+    /// The successful response to a GET of `url`, after at most `max_redirects` redirects,
+    /// each to https again.
+    async fn get_following_redirects(
+        &self,
+        url: &str,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, Failure> {
         let mut current = url.to_string();
         let mut redirects = 0;
-        let response = loop {
+        loop {
             let uri: hyper::Uri = current
                 .parse()
                 .map_err(|err| Failure::permanent(format!("invalid URL {current}: {err}")))?;
@@ -194,50 +216,45 @@ impl Downloader {
             if !status.is_success() {
                 return Err(Failure::permanent(format!("server answered {status}")));
             }
-            break response;
+            return Ok(response);
+        }
+    }
+}
+
+/// Streams the body into the file `open` creates, hashing it and refusing more than `max`
+/// bytes.
+async fn write_body(
+    mut body: hyper::body::Incoming,
+    max: u64,
+    open: &(dyn Fn() -> std::io::Result<Box<dyn HostWriter>> + Send + Sync),
+) -> Result<Downloaded, Failure> {
+    let mut writer =
+        open().map_err(|err| Failure::permanent(format!("cannot create the file: {err}")))?;
+    let mut hasher = Sha256::new();
+    let mut total: u64 = 0;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|err| Failure::transient(format!("reading the body: {err}")))?;
+        let Some(chunk) = frame.data_ref() else {
+            continue;
         };
-        let max = self.config.max_bytes;
-        if let Some(length) = response
-            .headers()
-            .get(hyper::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok())
-            && length > max
-        {
+        total += chunk.len() as u64;
+        if total > max {
             return Err(Failure::permanent(format!(
-                "the file has {length} bytes, more than the limit of {max}"
+                "the body exceeds the limit of {max} bytes"
             )));
         }
-        let mut writer =
-            open().map_err(|err| Failure::permanent(format!("cannot create the file: {err}")))?;
-        let mut hasher = Sha256::new();
-        let mut total: u64 = 0;
-        let mut body = response.into_body();
-        while let Some(frame) = body.frame().await {
-            let frame =
-                frame.map_err(|err| Failure::transient(format!("reading the body: {err}")))?;
-            let Some(chunk) = frame.data_ref() else {
-                continue;
-            };
-            total += chunk.len() as u64;
-            if total > max {
-                return Err(Failure::permanent(format!(
-                    "the body exceeds the limit of {max} bytes"
-                )));
-            }
-            hasher.update(chunk);
-            writer
-                .write_all(chunk)
-                .map_err(|err| Failure::permanent(format!("writing the file: {err}")))?;
-        }
+        hasher.update(chunk);
         writer
-            .finish()
-            .map_err(|err| Failure::permanent(format!("syncing the file: {err}")))?;
-        Ok(Downloaded {
-            sha256: hex::encode(hasher.finalize()),
-            bytes: total,
-        })
+            .write_all(chunk)
+            .map_err(|err| Failure::permanent(format!("writing the file: {err}")))?;
     }
+    writer
+        .finish()
+        .map_err(|err| Failure::permanent(format!("syncing the file: {err}")))?;
+    Ok(Downloaded {
+        sha256: hex::encode(hasher.finalize()),
+        bytes: total,
+    })
 }
 
 /// A redirect target: absolute as given, or a path on the same origin.
