@@ -472,39 +472,8 @@ fn options(
             Source::Catalog {
                 entry_name, entry, ..
             } => {
-                let Some(spec) = entry.options.get(key) else {
-                    let settable = entry.settable_options();
-                    errors.push(FieldError::invalid(
-                        &at,
-                        key,
-                        format!(
-                            "is not an option of catalog shim {} (settable: {})",
-                            quote(entry_name),
-                            if settable.is_empty() {
-                                "none".to_owned()
-                            } else {
-                                settable.join(", ")
-                            }
-                        ),
-                    ));
-                    continue;
-                };
-                if spec.fixed {
-                    errors.push(FieldError::invalid(
-                        &at,
-                        key,
-                        format!(
-                            "is set by the catalog for {} and cannot be changed",
-                            quote(entry_name)
-                        ),
-                    ));
-                    continue;
-                }
-                if !spec.kind.matches(value) {
-                    errors.push(FieldError::new(
-                        &at,
-                        format!("{} must be {}", render(value), spec.kind.noun()),
-                    ));
+                if let Err(error) = check_catalog_option(entry_name, entry, key, value, &at) {
+                    errors.push(error);
                     continue;
                 }
             }
@@ -524,6 +493,50 @@ fn options(
         out.insert(key.clone(), to_desired(value));
     }
     out
+}
+
+/// A shoot owner may set a catalog shim's option only if the entry offers it, does not fix
+/// it, and the value has the option's type.
+fn check_catalog_option(
+    entry_name: &str,
+    entry: &CatalogEntry,
+    key: &str,
+    value: &types::OptionValue,
+    at: &FieldPath,
+) -> Result<(), FieldError> {
+    let Some(spec) = entry.options.get(key) else {
+        let settable = entry.settable_options();
+        return Err(FieldError::invalid(
+            at,
+            key,
+            format!(
+                "is not an option of catalog shim {} (settable: {})",
+                quote(entry_name),
+                if settable.is_empty() {
+                    "none".to_owned()
+                } else {
+                    settable.join(", ")
+                }
+            ),
+        ));
+    };
+    if spec.fixed {
+        return Err(FieldError::invalid(
+            at,
+            key,
+            format!(
+                "is set by the catalog for {} and cannot be changed",
+                quote(entry_name)
+            ),
+        ));
+    }
+    if !spec.kind.matches(value) {
+        return Err(FieldError::new(
+            at,
+            format!("{} must be {}", render(value), spec.kind.noun()),
+        ));
+    }
+    Ok(())
 }
 
 fn to_desired(value: &types::OptionValue) -> OptionValue {
