@@ -44,7 +44,7 @@ pub(super) struct Run<'a, A> {
     pub api: Api<Extension>,
     pub ext: Extension,
     pub object: String,
-    /// Read by the deadline in [`reconcile`] when it cuts the actuator off.
+    /// Read by the deadline in [`super::reconciler::reconcile`] when it cuts the actuator off.
     pub in_flight: &'a Mutex<Option<InFlight>>,
 }
 
