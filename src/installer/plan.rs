@@ -100,6 +100,50 @@ pub fn plan(input: &PlanInput) -> Vec<Step> {
         .filter(|(key, value)| key.starts_with(READY_LABEL_PREFIX) && *value == READY_LABEL_VALUE)
         .map(|(key, _)| key)
         .collect();
+    let remove = labels_to_remove(input, &ours);
+    if !remove.is_empty() {
+        steps.push(Step::RemoveLabels(remove.clone()));
+    }
+    if input.failed {
+        return steps;
+    }
+    if input.txn_rolling_back {
+        steps.push(Step::FinishRollback);
+        return steps;
+    }
+
+    let stage: Vec<String> = input
+        .shims
+        .iter()
+        .filter(|s| !s.staged)
+        .map(|s| s.name.clone())
+        .collect();
+    if !stage.is_empty() {
+        steps.push(Step::Stage(stage));
+    }
+    install_steps(input, &mut steps);
+
+    let set: Vec<String> = input
+        .shims
+        .iter()
+        .map(|s| ready_label(&s.handler))
+        .filter(|key| !ours.contains(key) || remove.contains(key))
+        .collect();
+    if !set.is_empty() {
+        steps.push(Step::SetLabels(set));
+    }
+
+    for gone in &input.gone {
+        if gone.linked && gone.in_use == 0 {
+            steps.push(Step::Unlink(gone.name.clone()));
+        }
+    }
+    steps.push(Step::CollectGarbage);
+    steps
+}
+
+/// Our ready labels that must go, and ready labels with a value that is not ours, sorted.
+fn labels_to_remove(input: &PlanInput, ours: &BTreeSet<&String>) -> Vec<String> {
     let foreign_values: Vec<String> = input
         .labels
         .iter()
@@ -122,27 +166,12 @@ pub fn plan(input: &PlanInput) -> Vec<Step> {
         .collect();
     remove.extend(foreign_values);
     remove.sort();
-    if !remove.is_empty() {
-        steps.push(Step::RemoveLabels(remove.clone()));
-    }
-    if input.failed {
-        return steps;
-    }
-    if input.txn_rolling_back {
-        steps.push(Step::FinishRollback);
-        return steps;
-    }
+    remove
+}
 
-    let stage: Vec<String> = input
-        .shims
-        .iter()
-        .filter(|s| !s.staged)
-        .map(|s| s.name.clone())
-        .collect();
-    if !stage.is_empty() {
-        steps.push(Step::Stage(stage));
-    }
-
+/// The swaps of payload directories and what proves them: a containerd restart when the
+/// config changes (or a change is pending), else a verification of what is new or unverified.
+fn install_steps(input: &PlanInput, steps: &mut Vec<Step>) {
     let swaps: Vec<Step> = input
         .shims
         .iter()
@@ -166,43 +195,25 @@ pub fn plan(input: &PlanInput) -> Vec<Step> {
             steps.push(Step::ValidateConfig);
         }
         steps.push(Step::RestartAndVerify);
-    } else {
-        let swapped: BTreeSet<String> = swaps
-            .iter()
-            .filter_map(|step| match step {
-                Step::Swap { shim, .. } => Some(shim.clone()),
-                _ => None,
-            })
-            .collect();
-        steps.extend(swaps);
-        let unverified: Vec<String> = input
-            .shims
-            .iter()
-            .filter(|s| !s.verified || swapped.contains(&s.name))
-            .map(|s| s.name.clone())
-            .collect();
-        if !unverified.is_empty() {
-            steps.push(Step::Verify(unverified));
-        }
+        return;
     }
-
-    let set: Vec<String> = input
+    let swapped: BTreeSet<String> = swaps
+        .iter()
+        .filter_map(|step| match step {
+            Step::Swap { shim, .. } => Some(shim.clone()),
+            _ => None,
+        })
+        .collect();
+    steps.extend(swaps);
+    let unverified: Vec<String> = input
         .shims
         .iter()
-        .map(|s| ready_label(&s.handler))
-        .filter(|key| !ours.contains(key) || remove.contains(key))
+        .filter(|s| !s.verified || swapped.contains(&s.name))
+        .map(|s| s.name.clone())
         .collect();
-    if !set.is_empty() {
-        steps.push(Step::SetLabels(set));
+    if !unverified.is_empty() {
+        steps.push(Step::Verify(unverified));
     }
-
-    for gone in &input.gone {
-        if gone.linked && gone.in_use == 0 {
-            steps.push(Step::Unlink(gone.name.clone()));
-        }
-    }
-    steps.push(Step::CollectGarbage);
-    steps
 }
 
 /// Whether a step changes the node (everything but garbage collection, which decides itself

@@ -400,6 +400,7 @@ impl Actuator for ShimActuator {
         }
     }
 
+    // Stays long: the uninstall is one sequence of waits, each an early return, read in order.
     async fn delete(&self, ctx: &ActuatorContext<'_>) -> Result<Outcome, ShimError> {
         let namespace = namespace_of(ctx.extension);
         let Some(shoot) = ctx.shoot() else {

@@ -11,12 +11,14 @@ use futures::FutureExt;
 use crate::gardener::cache::SharedCaches;
 use crate::gardener::extension::events::OutcomeEvents;
 use crate::gardener::extension::options::ExtensionControllerOptions;
-use crate::gardener::extension::{Context, ControllerMetrics, controller as extension_controller};
+use crate::gardener::extension::{
+    Context, ControllerMetrics, ReconcilerConfig, controller as extension_controller,
+};
 use crate::gardener::healthcheck::config::HealthCheckConfig;
 use crate::gardener::healthcheck::controller as healthcheck_controller;
 use crate::gardener::healthcheck::managed_resource::ManagedResourceCheck;
 use crate::gardener::healthcheck::options::HealthCheckOptions;
-use crate::gardener::imagevector::ImageVectorError;
+use crate::gardener::imagevector::{ImageVector, ImageVectorError};
 use crate::gardener::runtime::options::parse_duration;
 use crate::gardener::runtime::{Manager, RuntimeError};
 use crate::shim::actuator::{ActuatorSettings, MANAGED_RESOURCE, ORIGIN, ShimActuator};
@@ -148,8 +150,27 @@ pub fn add_controllers(
         .to_config(EXTENSION_TYPE)
         .map_err(SetupError::Flag)?;
     let (catalog, images) = load_catalog_and_images(&options.shim.catalog)?;
-    // One set of caches (one watch per kind) for both controllers; started on every replica so
-    // stand-bys are Ready.
+    let caches = shared_caches(manager);
+    let catalog = Arc::new(catalog);
+    let images = Arc::new(images);
+    let actuator = ShimActuator::new(
+        manager.client_for(EXTENSION_CONTROLLER),
+        catalog.clone(),
+        images.clone(),
+        ActuatorSettings {
+            uninstall_timeout: options.shim.uninstall_timeout,
+            catch_up_timeout: options.extension.reconcile_timeout,
+            ..ActuatorSettings::default()
+        },
+    )
+    .with_shoot_user_agent(&manager.user_agent(EXTENSION_CONTROLLER));
+    add_extension_controller(manager, actuator, caches.clone(), reconciler_config)?;
+    add_healthcheck_controller(manager, options, catalog, images, caches)
+}
+
+/// One set of caches (one watch per kind) for both controllers; started on every replica so
+/// stand-bys are Ready.
+fn shared_caches(manager: &mut Manager) -> SharedCaches {
     let caches = SharedCaches::spawn_in(
         &manager.client_for(CACHE_COMPONENT),
         ORIGIN,
@@ -164,21 +185,15 @@ pub fn add_controllers(
             caches_synced.mark_synced();
         });
     }
+    caches
+}
 
-    let catalog = Arc::new(catalog);
-    let images = Arc::new(images);
-    let actuator = ShimActuator::new(
-        manager.client_for(EXTENSION_CONTROLLER),
-        catalog.clone(),
-        images.clone(),
-        ActuatorSettings {
-            uninstall_timeout: options.shim.uninstall_timeout,
-            catch_up_timeout: options.extension.reconcile_timeout,
-            ..ActuatorSettings::default()
-        },
-    )
-    .with_shoot_user_agent(&manager.user_agent(EXTENSION_CONTROLLER));
-    let extension_caches = caches.clone();
+fn add_extension_controller(
+    manager: &mut Manager,
+    actuator: ShimActuator,
+    extension_caches: SharedCaches,
+    reconciler_config: ReconcilerConfig,
+) -> Result<(), SetupError> {
     manager.add_controller(EXTENSION_CONTROLLER, move |ctx| {
         let synced = ctx.readiness.register("extension-cache");
         let observer = Arc::new(ControllerMetrics {
@@ -216,7 +231,16 @@ pub fn add_controllers(
         }
         .boxed()
     })?;
+    Ok(())
+}
 
+fn add_healthcheck_controller(
+    manager: &mut Manager,
+    options: &ControllerOptions,
+    catalog: Arc<Catalog>,
+    images: Arc<ImageVector>,
+    health_caches: SharedCaches,
+) -> Result<(), SetupError> {
     let mut health = HealthCheckConfig::new(EXTENSION_TYPE).register(
         SYSTEM_COMPONENTS_HEALTHY,
         vec![
@@ -231,7 +255,6 @@ pub fn add_controllers(
     health.classes = options.extension.extension_classes.clone();
     health.period = options.healthcheck.healthcheck_period;
     health.max_concurrent = usize::from(options.healthcheck.healthcheck_max_concurrent_reconciles);
-    let health_caches = caches;
     manager.add_controller(HEALTHCHECK_CONTROLLER, move |ctx| {
         async move {
             if ctx.wait_until_leader().await.is_err() {

@@ -22,9 +22,10 @@ use crate::gardener::api::Extension;
 use crate::gardener::cache::{ExtensionEvent, SharedCaches};
 
 use super::actuator::Actuator;
+use super::context::{Context, ReconcilerConfig};
 use super::error::ReconcileError;
 use super::predicate::{TriggerMode, admit_create, admit_update, is_ours, shoot_not_failed};
-use super::reconciler::{Context, ReconcilerConfig, reconcile};
+use super::reconciler::reconcile;
 
 /// How many admitted events may wait for the queue before the filter waits for it (and the
 /// shared cache for the filter).

@@ -7,6 +7,7 @@
 //! - [`controller`]: watches, event filtering, queue, concurrency.
 
 pub mod actuator;
+pub mod context;
 pub mod controller;
 pub mod error;
 pub mod events;
@@ -14,9 +15,10 @@ pub mod operation;
 pub mod options;
 pub mod predicate;
 pub mod reconciler;
+mod run;
 pub mod status;
 
 pub use actuator::{Actuator, ActuatorContext, ClusterInfo, Outcome};
+pub use context::{Context, ControllerMetrics, NoObserver, OperationObserver, ReconcilerConfig};
 pub use error::ReconcileError;
 pub use predicate::TriggerMode;
-pub use reconciler::{Context, ControllerMetrics, NoObserver, OperationObserver, ReconcilerConfig};

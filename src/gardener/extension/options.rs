@@ -6,8 +6,8 @@ use clap::ArgAction;
 
 use crate::gardener::runtime::options::parse_duration;
 
+use super::context::ReconcilerConfig;
 use super::predicate::TriggerMode;
-use super::reconciler::ReconcilerConfig;
 
 /// Flags of the Extension controller.
 #[derive(Clone, Debug, clap::Args)]

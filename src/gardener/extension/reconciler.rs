@@ -5,185 +5,29 @@
 //! [`super::operation::decide`]) → write finalizer and Processing → actuator → write Error or
 //! Success → finalizer and annotation clean-up.
 
-use super::events::{EventOutcome, OutcomeEvents};
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Patch, PatchParams};
+use kube::api::Patch;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Api, Client, ResourceExt};
-use serde_json::json;
+use kube::{Api, ResourceExt};
 
 use crate::gardener::api::{
-    Cluster, Extension, OPERATION_ANNOTATION, OperationType, SHOOT_ROLE_LABEL, SHOOT_ROLE_VALUE,
-    TIMESTAMP_ANNOTATION, operation,
+    Cluster, Extension, OperationType, SHOOT_ROLE_LABEL, SHOOT_ROLE_VALUE, operation,
 };
-use crate::gardener::cache::SharedCaches;
 use crate::gardener::error_codes::CodedError;
-use crate::gardener::runtime::metrics::{
-    Operation, OperationResult, ReconcileMetrics, ReconcileResult,
-};
+use crate::gardener::runtime::metrics::{Operation, OperationResult};
 
 use super::actuator::{Actuator, ActuatorContext, ClusterInfo, Outcome};
+use super::context::Context;
 use super::error::ReconcileError;
+use super::events::EventOutcome;
 use super::operation::{ClusterFacts, Decision, decide, operation_annotation};
-use super::predicate::TriggerMode;
+pub use super::run::FIELD_MANAGER;
+use super::run::{InFlight, Run, extensions_api, patch_params};
 use super::status::{self, descriptions as d};
-
-/// Field manager recorded for every write of the reconciler.
-pub const FIELD_MANAGER: &str = "gardener-extension";
-
-/// Settings of the Extension reconciler.
-#[derive(Clone, Debug)]
-pub struct ReconcilerConfig {
-    /// The extension type (`spec.type`) this controller handles; also the finalizer suffix.
-    pub extension_type: String,
-    /// Extension classes handled (`--extension-classes`); empty means `shoot`.
-    pub classes: Vec<String>,
-    /// Requeue after a successful reconcile (`--resync-period`); zero disables it.
-    pub resync: Duration,
-    /// Deadline of one reconcile (Gardener: 3 minutes).
-    pub timeout: Duration,
-    /// What starts a reconcile (`--ignore-operation-annotation`).
-    pub trigger: TriggerMode,
-    /// Reconciles running at the same time (`--max-concurrent-reconciles`).
-    pub max_concurrent: u16,
-    /// Watch only this namespace (tests run many controllers on one API server).
-    pub namespace: Option<String>,
-}
-
-impl ReconcilerConfig {
-    /// Defaults that match Gardener's extension library for `extension_type`.
-    pub fn new(extension_type: &str) -> ReconcilerConfig {
-        ReconcilerConfig {
-            extension_type: extension_type.to_string(),
-            classes: Vec::new(),
-            resync: Duration::from_secs(60 * 60),
-            timeout: Duration::from_secs(3 * 60),
-            trigger: TriggerMode::OperationAnnotation,
-            max_concurrent: 5,
-            namespace: None,
-        }
-    }
-
-    /// `extensions.gardener.cloud/<type>`.
-    pub fn finalizer(&self) -> String {
-        format!("extensions.gardener.cloud/{}", self.extension_type)
-    }
-}
-
-/// Receives what the reconciler did; the runtime turns it into metrics.
-pub trait OperationObserver: Send + Sync {
-    /// One actuator operation and how it ended.
-    fn operation(&self, operation: Operation, result: OperationResult, elapsed: Duration);
-    /// One call of the reconcile function.
-    fn reconcile(&self, result: ReconcileResult, elapsed: Duration);
-}
-
-/// An observer that records nothing.
-pub struct NoObserver;
-
-impl OperationObserver for NoObserver {
-    fn operation(&self, _: Operation, _: OperationResult, _: Duration) {}
-    fn reconcile(&self, _: ReconcileResult, _: Duration) {}
-}
-
-/// Reports to the runtime's metric families under a controller name.
-pub struct ControllerMetrics {
-    pub metrics: ReconcileMetrics,
-    pub controller: &'static str,
-}
-
-impl OperationObserver for ControllerMetrics {
-    fn operation(&self, operation: Operation, result: OperationResult, elapsed: Duration) {
-        self.metrics
-            .observe(self.controller, operation, result, elapsed);
-    }
-    fn reconcile(&self, result: ReconcileResult, elapsed: Duration) {
-        self.metrics
-            .observe_reconcile(self.controller, result, elapsed);
-    }
-}
-
-/// Everything a reconcile needs, injected once.
-pub struct Context<A> {
-    pub client: Client,
-    pub actuator: A,
-    pub caches: SharedCaches,
-    pub config: ReconcilerConfig,
-    pub observer: Arc<dyn OperationObserver>,
-    /// Events on the Extension for each operation's outcome; none when unset.
-    pub events: Option<OutcomeEvents>,
-    /// Consecutive failures per object, for client-go's per-item exponential backoff.
-    failures: Mutex<HashMap<ObjectRef<Extension>, u32>>,
-}
-
-impl<A> Context<A> {
-    pub fn new(
-        client: Client,
-        actuator: A,
-        caches: SharedCaches,
-        config: ReconcilerConfig,
-        observer: Arc<dyn OperationObserver>,
-    ) -> Context<A> {
-        Context {
-            client,
-            actuator,
-            caches,
-            config,
-            observer,
-            events: None,
-            failures: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// Also records an Event on the Extension for each operation's outcome.
-    pub fn with_events(self, events: OutcomeEvents) -> Context<A> {
-        Context {
-            events: Some(events),
-            ..self
-        }
-    }
-
-    fn reset_failures(&self, key: &ObjectRef<Extension>) {
-        if let Ok(mut f) = self.failures.lock() {
-            f.remove(key);
-        }
-    }
-
-    /// The delay before retrying a failed object: client-go's per-item exponential backoff
-    /// (5 ms doubling up to 1000 s).
-    pub fn next_backoff(&self, key: &ObjectRef<Extension>) -> Duration {
-        let n = match self.failures.lock() {
-            Ok(mut f) => {
-                let n = f.entry(key.clone()).or_insert(0);
-                *n = n.saturating_add(1);
-                *n
-            }
-            Err(_) => 1,
-        };
-        item_backoff(n)
-    }
-}
-
-/// client-go's `ItemExponentialFailureRateLimiter(5ms, 1000s)` for the n-th failure.
-pub fn item_backoff(failures: u32) -> Duration {
-    let base = Duration::from_millis(5);
-    let max = Duration::from_secs(1000);
-    let exp = failures.saturating_sub(1).min(30);
-    base.checked_mul(1u32 << exp).map_or(max, |d| d.min(max))
-}
-
-/// The operation running when a reconcile hit its deadline, so the timeout can be recorded.
-#[derive(Clone, Copy)]
-struct InFlight {
-    operation: OperationType,
-    error_description: &'static str,
-    generation: i64,
-}
 
 /// Reconciles one Extension under the configured deadline. Never panics on real input: every
 /// failure is a [`ReconcileError`] that the controller retries with backoff.
@@ -236,180 +80,6 @@ pub async fn reconcile<A: Actuator>(
     }
 }
 
-fn patch_params() -> PatchParams {
-    PatchParams {
-        field_manager: Some(FIELD_MANAGER.to_string()),
-        ..Default::default()
-    }
-}
-
-fn extensions_api(client: &Client, ext: &Extension) -> Api<Extension> {
-    Api::namespaced(client.clone(), &ext.namespace().unwrap_or_default())
-}
-
-/// The per-reconcile working state: the latest version of the object, updated from the
-/// response of every write so later writes carry the current resourceVersion and generation.
-struct Run<'a, A> {
-    ctx: &'a Context<A>,
-    api: Api<Extension>,
-    ext: Extension,
-    object: String,
-}
-
-impl<A: Actuator> Run<'_, A> {
-    fn name(&self) -> String {
-        self.ext.name_any()
-    }
-
-    fn kube_error(&self, action: &'static str, source: kube::Error) -> ReconcileError {
-        ReconcileError::Kube {
-            action,
-            object: self.object.clone(),
-            source,
-        }
-    }
-
-    async fn patch_meta(
-        &mut self,
-        action: &'static str,
-        body: serde_json::Value,
-    ) -> Result<(), ReconcileError> {
-        self.patch(Subresource::None, action, body).await
-    }
-
-    async fn patch_status(
-        &mut self,
-        action: &'static str,
-        body: serde_json::Value,
-    ) -> Result<(), ReconcileError> {
-        self.patch(Subresource::Status, action, body).await
-    }
-
-    /// A JSON merge patch; the response becomes the working copy, so later writes carry the
-    /// current resourceVersion and generation.
-    async fn patch(
-        &mut self,
-        target: Subresource,
-        action: &'static str,
-        body: serde_json::Value,
-    ) -> Result<(), ReconcileError> {
-        let (name, params, patch) = (self.name(), patch_params(), Patch::Merge(&body));
-        let result = match target {
-            Subresource::None => self.api.patch(&name, &params, &patch).await,
-            Subresource::Status => self.api.patch_status(&name, &params, &patch).await,
-        };
-        match result {
-            Ok(updated) => {
-                self.ext = updated;
-                Ok(())
-            }
-            Err(e) => Err(self.kube_error(action, e)),
-        }
-    }
-
-    fn has_finalizer(&self, finalizer: &str) -> bool {
-        self.ext.finalizers().iter().any(|f| f == finalizer)
-    }
-
-    /// Adds our finalizer with optimistic locking: a concurrent change of the list makes the
-    /// patch fail with a conflict and the reconcile is retried, so no finalizer is lost. With
-    /// `remove_reconcile`, gardenlet's `reconcile` annotation goes in the same request (a first
-    /// reconcile then costs one metadata write instead of two).
-    async fn ensure_finalizer(&mut self, remove_reconcile: bool) -> Result<(), ReconcileError> {
-        let finalizer = self.ctx.config.finalizer();
-        if self.has_finalizer(&finalizer) {
-            return if remove_reconcile {
-                self.remove_reconcile_annotation().await
-            } else {
-                Ok(())
-            };
-        }
-        let mut finalizers = self.ext.finalizers().to_vec();
-        finalizers.push(finalizer);
-        let mut metadata =
-            json!({"finalizers": finalizers, "resourceVersion": self.ext.resource_version()});
-        if remove_reconcile {
-            metadata["annotations"] = json!({OPERATION_ANNOTATION: null});
-        }
-        self.patch_meta("add the finalizer to", json!({"metadata": metadata}))
-            .await
-    }
-
-    /// Removes gardenlet's `reconcile` annotation, without a lock: nothing else is in the patch.
-    async fn remove_reconcile_annotation(&mut self) -> Result<(), ReconcileError> {
-        let body = json!({"metadata": {"annotations": {OPERATION_ANNOTATION: null}}});
-        self.patch_meta("remove the reconcile annotation from", body)
-            .await
-    }
-
-    async fn remove_own_finalizer(&mut self) -> Result<(), ReconcileError> {
-        let finalizer = self.ctx.config.finalizer();
-        if !self.has_finalizer(&finalizer) {
-            return Ok(());
-        }
-        let finalizers: Vec<&String> = self
-            .ext
-            .finalizers()
-            .iter()
-            .filter(|f| **f != finalizer)
-            .collect();
-        let body = json!({"metadata": {"finalizers": finalizers, "resourceVersion": self.ext.resource_version()}});
-        ignore_not_found(self.patch_meta("remove the finalizer from", body).await)
-    }
-
-    async fn remove_all_finalizers(&mut self) -> Result<(), ReconcileError> {
-        ignore_not_found(
-            self.patch_meta(
-                "remove all finalizers from",
-                json!({"metadata": {"finalizers": null}}),
-            )
-            .await,
-        )
-    }
-
-    async fn remove_operation_annotation(&mut self) -> Result<(), ReconcileError> {
-        if operation_annotation(&self.ext).is_none() {
-            return Ok(());
-        }
-        let body = json!({"metadata": {"annotations": {OPERATION_ANNOTATION: null}}});
-        ignore_not_found(
-            self.patch_meta("remove the operation annotation from", body)
-                .await,
-        )
-    }
-
-    /// See [`status::status_time`].
-    fn status_time(&self) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
-        status::status_time(
-            self.ext
-                .annotations()
-                .get(TIMESTAMP_ANNOTATION)
-                .map(String::as_str),
-        )
-    }
-
-    fn generation(&self) -> i64 {
-        self.ext.metadata.generation.unwrap_or(0)
-    }
-}
-
-fn ignore_not_found(result: Result<(), ReconcileError>) -> Result<(), ReconcileError> {
-    match result {
-        Err(ReconcileError::Kube {
-            source: kube::Error::Api(status),
-            ..
-        }) if status.code == 404 => Ok(()),
-        other => other,
-    }
-}
-
-/// The object itself or its status subresource.
-#[derive(Clone, Copy)]
-enum Subresource {
-    None,
-    Status,
-}
-
 /// Which actuator method a path calls.
 #[derive(Clone, Copy)]
 enum Call {
@@ -427,6 +97,7 @@ struct Path {
     error: &'static str,
     success: &'static str,
     metric: Operation,
+    call: Call,
 }
 
 async fn reconcile_once<A: Actuator>(
@@ -440,6 +111,7 @@ async fn reconcile_once<A: Actuator>(
         api: extensions_api(&ctx.client, ext),
         ext: ext.clone(),
         object: format!("{namespace}/{}", ext.name_any()),
+        in_flight,
     };
 
     // The operation-annotation wrapper.
@@ -466,246 +138,277 @@ async fn reconcile_once<A: Actuator>(
         run.remove_reconcile_annotation().await?;
     }
 
-    let started = Instant::now();
+    let cluster = cluster.as_ref();
     match decision {
         Decision::SkipFailedShoot => {
-            tracing::info!(object = %run.object, "Skipping the reconciliation of Extension of failed shoot");
-            ctx.observer.operation(
-                Operation::Reconcile,
-                OperationResult::Skipped,
-                started.elapsed(),
-            );
-            Ok(Action::await_change())
+            Ok(run.skip("Skipping the reconciliation of Extension of failed shoot"))
         }
-        Decision::SkipMigrated => {
-            tracing::info!(object = %run.object, "Skipping the operation of a migrated Extension");
-            ctx.observer.operation(
-                Operation::Reconcile,
-                OperationResult::Skipped,
-                started.elapsed(),
-            );
-            Ok(Action::await_change())
-        }
-        Decision::Delete { force } => {
-            // Without our finalizer the object was never ours to clean up (or already is).
-            if !run.has_finalizer(&ctx.config.finalizer()) {
-                return Ok(Action::await_change());
-            }
-            let path = Path {
-                processing: d::DELETE_PROCESSING,
-                error: d::DELETE_ERROR,
-                success: d::DELETE_SUCCESS,
-                metric: if force {
-                    Operation::ForceDelete
-                } else {
-                    Operation::Delete
-                },
-            };
-            let call = if force {
-                Call::ForceDelete
-            } else {
-                Call::Delete
-            };
-            let outcome = run_actuator(
-                &mut run,
-                OperationType::Delete,
-                path,
-                call,
-                cluster.as_ref(),
-                in_flight,
-            )
-            .await?;
-            if let Some(action) = outcome {
-                return Ok(action);
-            }
-            run.remove_own_finalizer().await?;
-            Ok(Action::await_change())
-        }
-        Decision::Migrate => {
-            let path = Path {
-                processing: d::MIGRATE_PROCESSING,
-                error: d::MIGRATE_ERROR,
-                success: d::MIGRATE_SUCCESS,
-                metric: Operation::Migrate,
-            };
-            let outcome = run_actuator(
-                &mut run,
-                OperationType::Migrate,
-                path,
-                Call::Migrate,
-                cluster.as_ref(),
-                in_flight,
-            )
-            .await?;
-            if let Some(action) = outcome {
-                return Ok(action);
-            }
-            // The object leaves this seed: nothing may hold it here any more, foreign
-            // finalizers included.
-            run.remove_all_finalizers().await?;
-            run.remove_operation_annotation().await?;
-            Ok(Action::await_change())
-        }
-        Decision::Restore => {
-            run.ensure_finalizer(reconcile_requested).await?;
-            let path = Path {
-                processing: d::RESTORE_PROCESSING,
-                error: d::RESTORE_ERROR,
-                success: d::RESTORE_SUCCESS,
-                metric: Operation::Restore,
-            };
-            let outcome = run_actuator(
-                &mut run,
-                OperationType::Restore,
-                path,
-                Call::Restore,
-                cluster.as_ref(),
-                in_flight,
-            )
-            .await?;
-            if let Some(action) = outcome {
-                return Ok(action);
-            }
-            run.remove_operation_annotation().await?;
-            Ok(Action::await_change())
-        }
-        Decision::Reconcile(op) => {
-            run.ensure_finalizer(reconcile_requested).await?;
-            let path = Path {
-                processing: d::RECONCILE_PROCESSING,
-                error: d::RECONCILE_ERROR,
-                success: d::RECONCILE_SUCCESS,
-                metric: if op == OperationType::Create {
-                    Operation::Create
-                } else {
-                    Operation::Reconcile
-                },
-            };
-            let outcome = run_actuator(
-                &mut run,
-                op,
-                path,
-                Call::Reconcile,
-                cluster.as_ref(),
-                in_flight,
-            )
-            .await?;
-            if let Some(action) = outcome {
-                return Ok(action);
-            }
-            Ok(if ctx.config.resync.is_zero() {
-                Action::await_change()
-            } else {
-                Action::requeue(ctx.config.resync)
-            })
-        }
+        Decision::SkipMigrated => Ok(run.skip("Skipping the operation of a migrated Extension")),
+        Decision::Delete { force: false } => run.delete(cluster).await,
+        Decision::Delete { force: true } => run.force_delete(cluster).await,
+        Decision::Migrate => run.migrate(cluster).await,
+        Decision::Restore => run.restore(cluster, reconcile_requested).await,
+        Decision::Reconcile(op) => run.reconcile(op, cluster, reconcile_requested).await,
     }
 }
 
-/// Processing → actuator → Error or Success. Returns `Some(action)` when the operation is still
-/// in progress and nothing after Success may run yet.
-async fn run_actuator<A: Actuator>(
-    run: &mut Run<'_, A>,
-    op: OperationType,
-    path: Path,
-    call: Call,
-    cluster: Option<&ClusterInfo>,
-    in_flight: &Mutex<Option<InFlight>>,
-) -> Result<Option<Action>, ReconcileError> {
-    let started = Instant::now();
-    let ctx = run.ctx;
-    // Processing is written before the actuator runs; if it cannot be written, the actuator
-    // does not run.
-    run.patch_status(
-        "write the Processing status of",
-        status::processing(op, path.processing, &run.status_time()),
-    )
-    .await?;
-    if let Ok(mut slot) = in_flight.lock() {
-        *slot = Some(InFlight {
+/// The operation paths, one method each as in Gardener's extension reconciler (the writes
+/// they make are in [`super::run`]).
+impl<A: Actuator> Run<'_, A> {
+    fn skip(&self, why: &'static str) -> Action {
+        let started = Instant::now();
+        tracing::info!(object = %self.object, "{why}");
+        self.ctx.observer.operation(
+            Operation::Reconcile,
+            OperationResult::Skipped,
+            started.elapsed(),
+        );
+        Action::await_change()
+    }
+
+    async fn delete(&mut self, cluster: Option<&ClusterInfo>) -> Result<Action, ReconcileError> {
+        self.delete_with(cluster, Call::Delete, Operation::Delete)
+            .await
+    }
+
+    async fn force_delete(
+        &mut self,
+        cluster: Option<&ClusterInfo>,
+    ) -> Result<Action, ReconcileError> {
+        self.delete_with(cluster, Call::ForceDelete, Operation::ForceDelete)
+            .await
+    }
+
+    async fn delete_with(
+        &mut self,
+        cluster: Option<&ClusterInfo>,
+        call: Call,
+        metric: Operation,
+    ) -> Result<Action, ReconcileError> {
+        // Without our finalizer the object was never ours to clean up (or already is).
+        if !self.has_finalizer(&self.ctx.config.finalizer()) {
+            return Ok(Action::await_change());
+        }
+        let path = Path {
+            processing: d::DELETE_PROCESSING,
+            error: d::DELETE_ERROR,
+            success: d::DELETE_SUCCESS,
+            metric,
+            call,
+        };
+        if let Some(action) = self
+            .run_actuator(OperationType::Delete, path, cluster)
+            .await?
+        {
+            return Ok(action);
+        }
+        self.remove_own_finalizer().await?;
+        Ok(Action::await_change())
+    }
+
+    async fn migrate(&mut self, cluster: Option<&ClusterInfo>) -> Result<Action, ReconcileError> {
+        let path = Path {
+            processing: d::MIGRATE_PROCESSING,
+            error: d::MIGRATE_ERROR,
+            success: d::MIGRATE_SUCCESS,
+            metric: Operation::Migrate,
+            call: Call::Migrate,
+        };
+        if let Some(action) = self
+            .run_actuator(OperationType::Migrate, path, cluster)
+            .await?
+        {
+            return Ok(action);
+        }
+        // The object leaves this seed: nothing may hold it here any more, foreign finalizers
+        // included.
+        self.remove_all_finalizers().await?;
+        self.remove_operation_annotation().await?;
+        Ok(Action::await_change())
+    }
+
+    async fn restore(
+        &mut self,
+        cluster: Option<&ClusterInfo>,
+        reconcile_requested: bool,
+    ) -> Result<Action, ReconcileError> {
+        self.ensure_finalizer(reconcile_requested).await?;
+        let path = Path {
+            processing: d::RESTORE_PROCESSING,
+            error: d::RESTORE_ERROR,
+            success: d::RESTORE_SUCCESS,
+            metric: Operation::Restore,
+            call: Call::Restore,
+        };
+        if let Some(action) = self
+            .run_actuator(OperationType::Restore, path, cluster)
+            .await?
+        {
+            return Ok(action);
+        }
+        self.remove_operation_annotation().await?;
+        Ok(Action::await_change())
+    }
+
+    async fn reconcile(
+        &mut self,
+        op: OperationType,
+        cluster: Option<&ClusterInfo>,
+        reconcile_requested: bool,
+    ) -> Result<Action, ReconcileError> {
+        self.ensure_finalizer(reconcile_requested).await?;
+        let path = Path {
+            processing: d::RECONCILE_PROCESSING,
+            error: d::RECONCILE_ERROR,
+            success: d::RECONCILE_SUCCESS,
+            metric: if op == OperationType::Create {
+                Operation::Create
+            } else {
+                Operation::Reconcile
+            },
+            call: Call::Reconcile,
+        };
+        if let Some(action) = self.run_actuator(op, path, cluster).await? {
+            return Ok(action);
+        }
+        let resync = self.ctx.config.resync;
+        Ok(if resync.is_zero() {
+            Action::await_change()
+        } else {
+            Action::requeue(resync)
+        })
+    }
+
+    /// Processing → actuator → Error or Success. Returns `Some(action)` when the operation is
+    /// still in progress and nothing after Success may run yet.
+    async fn run_actuator(
+        &mut self,
+        op: OperationType,
+        path: Path,
+        cluster: Option<&ClusterInfo>,
+    ) -> Result<Option<Action>, ReconcileError> {
+        let started = Instant::now();
+        // Processing is written before the actuator runs; if it cannot be written, the actuator
+        // does not run.
+        self.patch_status(
+            "write the Processing status of",
+            status::processing(op, path.processing, &self.status_time()),
+        )
+        .await?;
+        self.set_in_flight(Some(InFlight {
             operation: op,
             error_description: path.error,
-            generation: run.generation(),
-        });
+            generation: self.generation(),
+        }));
+        tracing::info!(object = %self.object, operation = op.as_str(), "starting");
+        let result = self.call_actuator(path.call, cluster).await;
+        self.set_in_flight(None);
+        match result {
+            Err(e) => Err(self.record_failure(op, path, started, &e).await),
+            Ok(Outcome::InProgress {
+                description,
+                requeue_after,
+            }) => {
+                self.patch_status(
+                    "write the progress of",
+                    status::processing(op, &description, &self.status_time()),
+                )
+                .await?;
+                let observer = &self.ctx.observer;
+                observer.operation(path.metric, OperationResult::InProgress, started.elapsed());
+                tracing::info!(object = %self.object, operation = op.as_str(), progress = %description, "in progress");
+                Ok(Some(Action::requeue(requeue_after)))
+            }
+            Ok(Outcome::Done) => {
+                self.record_success(op, path, started).await?;
+                Ok(None)
+            }
+        }
     }
-    tracing::info!(object = %run.object, operation = op.as_str(), "starting");
-    let result = {
-        let actuator_ctx = ActuatorContext {
-            extension: &run.ext,
+
+    /// Tells the deadline in [`reconcile`] which operation to record when it cuts this one off.
+    fn set_in_flight(&self, running: Option<InFlight>) {
+        if let Ok(mut slot) = self.in_flight.lock() {
+            *slot = running;
+        }
+    }
+
+    async fn call_actuator(
+        &self,
+        call: Call,
+        cluster: Option<&ClusterInfo>,
+    ) -> Result<Outcome, A::Error> {
+        let actuator = &self.ctx.actuator;
+        let ctx = ActuatorContext {
+            extension: &self.ext,
             cluster,
         };
         match call {
-            Call::Reconcile => ctx.actuator.reconcile(&actuator_ctx).await,
-            Call::Delete => ctx.actuator.delete(&actuator_ctx).await,
-            Call::ForceDelete => ctx.actuator.force_delete(&actuator_ctx).await,
-            Call::Migrate => ctx.actuator.migrate(&actuator_ctx).await,
-            Call::Restore => ctx.actuator.restore(&actuator_ctx).await,
+            Call::Reconcile => actuator.reconcile(&ctx).await,
+            Call::Delete => actuator.delete(&ctx).await,
+            Call::ForceDelete => actuator.force_delete(&ctx).await,
+            Call::Migrate => actuator.migrate(&ctx).await,
+            Call::Restore => actuator.restore(&ctx).await,
         }
-    };
-    if let Ok(mut slot) = in_flight.lock() {
-        *slot = None;
     }
-    match result {
-        Err(e) => {
-            let codes = status::dedup_codes(e.codes());
-            let message = e.to_string();
-            let body = status::error(
-                op,
-                path.error,
-                &message,
-                &codes,
-                run.generation(),
-                &run.status_time(),
-            );
-            // As in Gardener, a failure to record the error does not hide the error itself.
-            if let Err(write) = run.patch_status("write the Error status of", body).await {
-                tracing::error!(object = %run.object, error = %write, "could not record the error in the status");
-            }
-            ctx.observer
-                .operation(path.metric, OperationResult::Error, started.elapsed());
-            tracing::error!(object = %run.object, operation = op.as_str(), error = %message, "operation failed");
-            if let Some(events) = &ctx.events {
-                events
-                    .record(&run.ext, op, EventOutcome::Failed(&message))
-                    .await;
-            }
-            Err(ReconcileError::Actuator {
-                operation: op,
-                object: run.object.clone(),
-                message,
-                codes,
-            })
+
+    async fn record_failure(
+        &mut self,
+        op: OperationType,
+        path: Path,
+        started: Instant,
+        e: &A::Error,
+    ) -> ReconcileError {
+        let codes = status::dedup_codes(e.codes());
+        let message = e.to_string();
+        let body = status::error(
+            op,
+            path.error,
+            &message,
+            &codes,
+            self.generation(),
+            &self.status_time(),
+        );
+        // As in Gardener, a failure to record the error does not hide the error itself.
+        if let Err(write) = self.patch_status("write the Error status of", body).await {
+            tracing::error!(object = %self.object, error = %write, "could not record the error in the status");
         }
-        Ok(Outcome::InProgress {
-            description,
-            requeue_after,
-        }) => {
-            run.patch_status(
-                "write the progress of",
-                status::processing(op, &description, &run.status_time()),
-            )
-            .await?;
-            ctx.observer
-                .operation(path.metric, OperationResult::InProgress, started.elapsed());
-            tracing::info!(object = %run.object, operation = op.as_str(), progress = %description, "in progress");
-            Ok(Some(Action::requeue(requeue_after)))
+        let observer = &self.ctx.observer;
+        observer.operation(path.metric, OperationResult::Error, started.elapsed());
+        tracing::error!(object = %self.object, operation = op.as_str(), error = %message, "operation failed");
+        if let Some(events) = &self.ctx.events {
+            events
+                .record(&self.ext, op, EventOutcome::Failed(&message))
+                .await;
         }
-        Ok(Outcome::Done) => {
-            run.patch_status(
-                "write the Success status of",
-                status::success(op, path.success, run.generation(), &run.status_time()),
-            )
-            .await?;
-            ctx.observer
-                .operation(path.metric, OperationResult::Succeeded, started.elapsed());
-            tracing::info!(object = %run.object, operation = op.as_str(), "succeeded");
-            if let Some(events) = &ctx.events {
-                events
-                    .record(&run.ext, op, EventOutcome::Succeeded(path.success))
-                    .await;
-            }
-            Ok(None)
+        ReconcileError::Actuator {
+            operation: op,
+            object: self.object.clone(),
+            message,
+            codes,
         }
+    }
+
+    async fn record_success(
+        &mut self,
+        op: OperationType,
+        path: Path,
+        started: Instant,
+    ) -> Result<(), ReconcileError> {
+        self.patch_status(
+            "write the Success status of",
+            status::success(op, path.success, self.generation(), &self.status_time()),
+        )
+        .await?;
+        let observer = &self.ctx.observer;
+        observer.operation(path.metric, OperationResult::Succeeded, started.elapsed());
+        tracing::info!(object = %self.object, operation = op.as_str(), "succeeded");
+        if let Some(events) = &self.ctx.events {
+            events
+                .record(&self.ext, op, EventOutcome::Succeeded(path.success))
+                .await;
+        }
+        Ok(())
     }
 }
 
@@ -755,26 +458,4 @@ async fn lookup_cluster<A>(
     };
     let shoot = cluster.shoot()?;
     Ok(Some(ClusterInfo { cluster, shoot }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_follows_client_go() {
-        assert_eq!(item_backoff(1), Duration::from_millis(5));
-        assert_eq!(item_backoff(2), Duration::from_millis(10));
-        assert_eq!(item_backoff(11), Duration::from_millis(5 * 1024));
-        assert_eq!(item_backoff(40), Duration::from_secs(1000));
-        assert_eq!(item_backoff(u32::MAX), Duration::from_secs(1000));
-    }
-
-    #[test]
-    fn finalizer_is_prefixed_with_the_extensions_group() {
-        assert_eq!(
-            ReconcilerConfig::new("containerd-shim").finalizer(),
-            "extensions.gardener.cloud/containerd-shim"
-        );
-    }
 }

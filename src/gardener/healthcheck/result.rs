@@ -141,31 +141,8 @@ pub fn aggregate(results: &[CheckResult]) -> Aggregate {
     };
     let detail = match health {
         AggregateHealth::Healthy => String::new(),
-        // Category prefixes only help when categories mix.
         AggregateHealth::Unhealthy | AggregateHealth::Progressing => {
-            let categories = [
-                !failed.is_empty(),
-                !unsuccessful.is_empty(),
-                !progressing.is_empty(),
-            ];
-            let mixed = categories.iter().filter(|present| **present).count() > 1;
-            [
-                ("Unable to execute", &failed),
-                ("Failed", &unsuccessful),
-                ("Progressing", &progressing),
-            ]
-            .into_iter()
-            .filter(|(_, details)| !details.is_empty())
-            .map(|(prefix, details)| {
-                let listed = list_details(details);
-                if mixed {
-                    format!("{prefix} {}: {listed}", checks_word(details.len()))
-                } else {
-                    listed
-                }
-            })
-            .collect::<Vec<_>>()
-            .join(" ")
+            describe(&failed, &unsuccessful, &progressing)
         }
     };
     Aggregate {
@@ -183,6 +160,34 @@ pub fn aggregate(results: &[CheckResult]) -> Aggregate {
         },
         notes,
     }
+}
+
+/// The condition message of checks that did not all succeed.
+fn describe(failed: &[&str], unsuccessful: &[&str], progressing: &[&str]) -> String {
+    // Category prefixes only help when categories mix.
+    let categories = [
+        !failed.is_empty(),
+        !unsuccessful.is_empty(),
+        !progressing.is_empty(),
+    ];
+    let mixed = categories.iter().filter(|present| **present).count() > 1;
+    [
+        ("Unable to execute", failed),
+        ("Failed", unsuccessful),
+        ("Progressing", progressing),
+    ]
+    .into_iter()
+    .filter(|(_, details)| !details.is_empty())
+    .map(|(prefix, details)| {
+        let listed = list_details(details);
+        if mixed {
+            format!("{prefix} {}: {listed}", checks_word(details.len()))
+        } else {
+            listed
+        }
+    })
+    .collect::<Vec<_>>()
+    .join(" ")
 }
 
 /// "check" or "checks".

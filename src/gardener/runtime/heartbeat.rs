@@ -12,7 +12,7 @@ use kube::Api;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use super::manager::ControllerContext;
+use super::context::ControllerContext;
 use super::metrics::ReconcileResult;
 
 /// The name gardenlet looks for.

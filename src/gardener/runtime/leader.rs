@@ -400,89 +400,157 @@ pub(crate) async fn run(
         observed: None,
     };
 
-    // Acquire: like client-go, keep trying while the API server is unreachable or the
-    // permissions are not there yet.
-    let mut version = loop {
-        let attempt = tokio::select! {
-            _ = stop.cancelled() => return LeaderEnd::Stopped,
-            attempt = elector.try_acquire() => attempt,
-        };
-        match attempt {
-            Ok(Some(version)) => break version,
-            Ok(None) => {}
-            Err(e) => {
-                tracing::error!(error = %e, lease = %config.lease_name, "Failed to access the leader-election Lease; retrying")
-            }
-        }
-        tokio::select! {
-            _ = stop.cancelled() => return LeaderEnd::Stopped,
-            _ = tokio::time::sleep(retry) => {}
-        }
+    let Some(mut version) = acquire(&mut elector, retry, &stop).await else {
+        return LeaderEnd::Stopped;
     };
     tracing::info!(lease = %config.lease_name, identity = %config.identity, "Acquired leadership");
     metrics.set(&config.lease_name, true);
     // Nobody listening just means no controller waits for leadership.
     let _ = leader.send(true);
-    let mut last_renewal = Instant::now();
-    let mut next_attempt = last_renewal + retry;
-
+    let acquired = Instant::now();
+    let mut last_renewal = acquired;
+    let mut state = RenewalState::Renewed { sent: acquired };
     loop {
-        tokio::select! {
-            biased;
-            _ = stop.cancelled() => {
-                // Up to a lease duration: after that the Lease has expired anyway, and a
-                // loaded API server may take more than a retry period to answer.
-                let release_timeout = Duration::from_secs(config.timing.lease_duration_seconds);
-                match tokio::time::timeout(release_timeout, elector.release(&version)).await {
-                    Ok(Ok(())) => tracing::info!(lease = %config.lease_name, "Released the leader-election Lease"),
-                    Ok(Err(e)) => tracing::warn!(error = %e, "Failed to release the leader-election Lease"),
-                    Err(_) => tracing::warn!("Timed out releasing the leader-election Lease"),
+        match watchdog(state, last_renewal, Instant::now(), retry, renew_deadline) {
+            Watchdog::Sleep {
+                last_renewal: since,
+                next_attempt,
+            } => {
+                last_renewal = since;
+                tokio::select! {
+                    biased;
+                    _ = stop.cancelled() => return stop_leading(&mut elector, &version, &metrics).await,
+                    _ = tokio::time::sleep_until(next_attempt) => {}
                 }
-                metrics.set(&config.lease_name, false);
-                return LeaderEnd::Stopped;
+                state = RenewalState::Due;
             }
-            _ = tokio::time::sleep_until(next_attempt) => {}
+            Watchdog::Renew { within } => {
+                let sent = Instant::now();
+                let outcome = tokio::select! {
+                    biased;
+                    _ = stop.cancelled() => return stop_leading(&mut elector, &version, &metrics).await,
+                    outcome = tokio::time::timeout(within, elector.renew(&version)) => outcome,
+                };
+                state = match outcome {
+                    Ok(Ok(new_version)) => {
+                        version = new_version;
+                        RenewalState::Renewed { sent }
+                    }
+                    Ok(Err(RenewFailure::Lost(reason))) => RenewalState::Lost(reason),
+                    Ok(Err(RenewFailure::Retry(reason))) => {
+                        tracing::warn!(error = %reason, lease = %config.lease_name, "Failed to renew the leader-election Lease");
+                        RenewalState::Failed
+                    }
+                    Err(_elapsed) => RenewalState::TimedOut,
+                };
+            }
+            Watchdog::GiveUp(reason) => return end(true, reason, &metrics, &config),
         }
-        // A process that was paused (or starved) past the deadline must not act on an old
-        // leadership for a moment longer: check before sending anything.
-        let remaining = renew_deadline.saturating_sub(last_renewal.elapsed());
-        if remaining.is_zero() {
-            return end(
-                true,
-                not_renewed(last_renewal.elapsed(), renew_deadline),
-                &metrics,
-                &config,
-            );
-        }
-        let attempt_started = Instant::now();
-        let outcome = tokio::select! {
-            biased;
-            _ = stop.cancelled() => continue,
-            outcome = tokio::time::timeout(remaining, elector.renew(&version)) => outcome,
+    }
+}
+
+/// Tries to take the Lease every retry period until it is ours (its resourceVersion) or the
+/// process stops (`None`).
+async fn acquire(
+    elector: &mut Elector,
+    retry: Duration,
+    stop: &CancellationToken,
+) -> Option<String> {
+    // Like client-go, keep trying while the API server is unreachable or the
+    // permissions are not there yet.
+    loop {
+        let attempt = tokio::select! {
+            _ = stop.cancelled() => return None,
+            attempt = elector.try_acquire() => attempt,
         };
-        match outcome {
-            Ok(Ok(new_version)) => {
-                version = new_version;
-                // Measured from before the request: the holder's time as the others count it
-                // starts no earlier than that.
-                last_renewal = attempt_started;
-                next_attempt = attempt_started + retry;
-            }
-            Ok(Err(RenewFailure::Lost(reason))) => return end(true, reason, &metrics, &config),
-            Ok(Err(RenewFailure::Retry(reason))) => {
-                tracing::warn!(error = %reason, lease = %config.lease_name, "Failed to renew the leader-election Lease");
-                next_attempt = Instant::now()
-                    + retry.min(renew_deadline.saturating_sub(last_renewal.elapsed()));
-            }
-            Err(_elapsed) => {
-                return end(
-                    true,
-                    not_renewed(last_renewal.elapsed(), renew_deadline),
-                    &metrics,
-                    &config,
-                );
+        match attempt {
+            Ok(Some(version)) => return Some(version),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::error!(error = %e, lease = %elector.config.lease_name, "Failed to access the leader-election Lease; retrying")
             }
         }
+        tokio::select! {
+            _ = stop.cancelled() => return None,
+            _ = tokio::time::sleep(retry) => {}
+        }
+    }
+}
+
+/// A graceful stop of the leader: releases the Lease so a stand-by takes over at once.
+async fn stop_leading(elector: &mut Elector, version: &str, metrics: &LeaderMetrics) -> LeaderEnd {
+    let config = &elector.config;
+    let lease = config.lease_name.clone();
+    // Up to a lease duration: after that the Lease has expired anyway, and a loaded API server
+    // may take more than a retry period to answer.
+    let release_timeout = Duration::from_secs(config.timing.lease_duration_seconds);
+    match tokio::time::timeout(release_timeout, elector.release(version)).await {
+        Ok(Ok(())) => tracing::info!(lease = %lease, "Released the leader-election Lease"),
+        Ok(Err(e)) => tracing::warn!(error = %e, "Failed to release the leader-election Lease"),
+        Err(_) => tracing::warn!("Timed out releasing the leader-election Lease"),
+    }
+    metrics.set(&lease, false);
+    LeaderEnd::Stopped
+}
+
+/// What the renewal loop has just seen of the Lease.
+#[derive(Debug)]
+enum RenewalState {
+    /// The retry period is over; nothing was sent yet.
+    Due,
+    /// The renewal sent at `sent` succeeded.
+    Renewed { sent: Instant },
+    /// Leadership is gone for good.
+    Lost(String),
+    /// The renewal failed in a way worth another try.
+    Failed,
+    /// The renewal did not answer within what was left of the renew deadline.
+    TimedOut,
+}
+
+/// What the leader does next.
+#[derive(Debug, PartialEq, Eq)]
+enum Watchdog {
+    /// Send a renewal now and give it at most `within`.
+    Renew { within: Duration },
+    /// Keep leading: wait until `next_attempt`; `last_renewal` is when the holder's time (as
+    /// the stand-bys count it) last started.
+    Sleep {
+        last_renewal: Instant,
+        next_attempt: Instant,
+    },
+    /// Stop leading, for this reason.
+    GiveUp(String),
+}
+
+/// The renew-deadline watchdog (pure): a leader that has not renewed within `renew_deadline`
+/// of `last_renewal` gives up before any stand-by may take the Lease over.
+fn watchdog(
+    state: RenewalState,
+    last_renewal: Instant,
+    now: Instant,
+    retry: Duration,
+    renew_deadline: Duration,
+) -> Watchdog {
+    let age = now.saturating_duration_since(last_renewal);
+    let remaining = renew_deadline.saturating_sub(age);
+    match state {
+        RenewalState::Due if remaining.is_zero() => {
+            Watchdog::GiveUp(not_renewed(age, renew_deadline))
+        }
+        RenewalState::Due => Watchdog::Renew { within: remaining },
+        // Measured from before the request: the holder's time as the others count it starts
+        // no earlier than that.
+        RenewalState::Renewed { sent } => Watchdog::Sleep {
+            last_renewal: sent,
+            next_attempt: sent + retry,
+        },
+        RenewalState::Lost(reason) => Watchdog::GiveUp(reason),
+        RenewalState::Failed => Watchdog::Sleep {
+            last_renewal,
+            next_attempt: now + retry.min(remaining),
+        },
+        RenewalState::TimedOut => Watchdog::GiveUp(not_renewed(age, renew_deadline)),
     }
 }
 
@@ -584,5 +652,109 @@ mod tests {
         assert!(same_record(&a, &b));
         b.renew_time = Some(MicroTime(jiff::Timestamp::UNIX_EPOCH));
         assert!(!same_record(&a, &b));
+    }
+
+    const RETRY: Duration = Duration::from_secs(2);
+    const DEADLINE: Duration = Duration::from_secs(10);
+
+    fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    #[test]
+    fn the_watchdog_renews_within_what_is_left_of_the_deadline() {
+        let renewed = Instant::now();
+        let decision = watchdog(
+            RenewalState::Due,
+            renewed,
+            renewed + secs(3),
+            RETRY,
+            DEADLINE,
+        );
+        assert_eq!(decision, Watchdog::Renew { within: secs(7) });
+    }
+
+    #[test]
+    fn the_watchdog_gives_up_when_a_renewal_comes_due_past_the_deadline() {
+        let renewed = Instant::now();
+        for late in [DEADLINE, DEADLINE + secs(60)] {
+            let decision = watchdog(RenewalState::Due, renewed, renewed + late, RETRY, DEADLINE);
+            let Watchdog::GiveUp(reason) = decision else {
+                panic!("{late:?} after the last renewal: {decision:?}");
+            };
+            assert!(reason.contains("renew deadline"), "{reason}");
+        }
+    }
+
+    #[test]
+    fn a_renewal_restarts_the_clock_from_when_it_was_sent() {
+        let renewed = Instant::now();
+        let sent = renewed + secs(2);
+        let decision = watchdog(
+            RenewalState::Renewed { sent },
+            renewed,
+            sent + secs(1),
+            RETRY,
+            DEADLINE,
+        );
+        assert_eq!(
+            decision,
+            Watchdog::Sleep {
+                last_renewal: sent,
+                next_attempt: sent + RETRY,
+            }
+        );
+    }
+
+    #[test]
+    fn a_lost_lease_gives_up_with_its_reason() {
+        let renewed = Instant::now();
+        let decision = watchdog(
+            RenewalState::Lost("the Lease was deleted".into()),
+            renewed,
+            renewed + secs(1),
+            RETRY,
+            DEADLINE,
+        );
+        assert_eq!(decision, Watchdog::GiveUp("the Lease was deleted".into()));
+    }
+
+    #[test]
+    fn a_failed_renewal_retries_no_later_than_the_deadline() {
+        let renewed = Instant::now();
+        // Plenty of time left: the next try is a retry period away.
+        let now = renewed + secs(3);
+        assert_eq!(
+            watchdog(RenewalState::Failed, renewed, now, RETRY, DEADLINE),
+            Watchdog::Sleep {
+                last_renewal: renewed,
+                next_attempt: now + RETRY,
+            }
+        );
+        // Less than a retry period left: the last try comes at the deadline.
+        let now = renewed + secs(9);
+        assert_eq!(
+            watchdog(RenewalState::Failed, renewed, now, RETRY, DEADLINE),
+            Watchdog::Sleep {
+                last_renewal: renewed,
+                next_attempt: renewed + DEADLINE,
+            }
+        );
+    }
+
+    #[test]
+    fn a_renewal_that_times_out_gives_up() {
+        let renewed = Instant::now();
+        let decision = watchdog(
+            RenewalState::TimedOut,
+            renewed,
+            renewed + DEADLINE,
+            RETRY,
+            DEADLINE,
+        );
+        let Watchdog::GiveUp(reason) = decision else {
+            panic!("{decision:?}");
+        };
+        assert!(reason.contains("not renewed for 10s"), "{reason}");
     }
 }

@@ -10,25 +10,24 @@
 //!   be reconciling) and `run` returns an error; the process exits non-zero and restarts.
 //! - A controller panics or returns, a server fails: like SIGTERM, but `run` returns the error.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::ffi::OsStr;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::future::BoxFuture;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
-use tokio::task::{Id, JoinError, JoinSet};
-use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::context::ControllerContext;
 use super::error::RuntimeError;
 use super::heartbeat::{self, HEARTBEAT_CONTROLLER, HeartbeatConfig};
 use super::http;
-use super::leader::{self, LeaderElectionConfig, LeaderEnd};
+use super::leader::{self, LeaderElectionConfig};
+use super::lifecycle::{Started, Stops};
 use super::metrics::{LeaderMetrics, ReconcileMetrics};
 use super::options::RuntimeOptions;
 use super::readiness::Readiness;
@@ -40,62 +39,9 @@ pub const LEADER_ELECTION_COMPONENT: &str = "leader-election";
 /// Where a pod's service account tells its namespace.
 const IN_CLUSTER_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
-/// How long stopping servers may take after controllers stopped.
-const SERVER_STOP_TIMEOUT: Duration = Duration::from_secs(5);
-
 /// Builds a controller's task from its context. It is called before the HTTP servers start,
 /// so readiness checks registered in its synchronous part exist before `/readyz` answers.
 pub type ControllerFactory = Box<dyn FnOnce(ControllerContext) -> BoxFuture<'static, ()> + Send>;
-
-/// What a controller gets from the manager.
-#[derive(Clone)]
-pub struct ControllerContext {
-    /// The controller's name, for metrics and logs.
-    pub name: &'static str,
-    /// The extension's name (e.g. `containerd-shim`).
-    pub extension_name: Arc<str>,
-    /// A client whose User-Agent names this controller.
-    pub client: Client,
-    pub metrics: ReconcileMetrics,
-    pub readiness: Readiness,
-    /// Whether this replica leads. Once true it stays true: a leader that loses the Lease
-    /// stops the process.
-    pub leader: watch::Receiver<bool>,
-    /// Cancelled when the controller must stop.
-    pub shutdown: CancellationToken,
-}
-
-/// The process is stopping; returned by waits that did not finish.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("the process is shutting down")]
-pub struct ShuttingDown;
-
-impl ControllerContext {
-    pub fn is_leader(&self) -> bool {
-        *self.leader.borrow()
-    }
-
-    /// Waits until this replica leads; `Err` when the process stops first.
-    pub async fn wait_until_leader(&self) -> Result<(), ShuttingDown> {
-        let mut leader = self.leader.clone();
-        tokio::select! {
-            biased;
-            _ = self.shutdown.cancelled() => Err(ShuttingDown),
-            led = leader.wait_for(|l| *l) => led.map(|_| ()).map_err(|_| ShuttingDown),
-        }
-    }
-}
-
-impl std::fmt::Debug for ControllerContext {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ControllerContext")
-            .field("name", &self.name)
-            .field("extension_name", &self.extension_name)
-            .field("leader", &*self.leader.borrow())
-            .field("shutdown", &self.shutdown.is_cancelled())
-            .finish_non_exhaustive()
-    }
-}
 
 /// What the flags resolve to for this extension.
 #[derive(Debug)]
@@ -440,9 +386,7 @@ impl Manager {
             "Starting manager"
         );
 
-        let stop_controllers = CancellationToken::new();
-        let stop_leader = CancellationToken::new();
-        let stop_servers = CancellationToken::new();
+        let stop = Stops::default();
         // Without leader election this replica leads from the start.
         let (leader_tx, leader_rx) = watch::channel(plan.leader_election.is_none());
         let context = |name: &'static str| ControllerContext {
@@ -453,127 +397,36 @@ impl Manager {
             readiness: readiness.clone(),
             leader: leader_rx.clone(),
             // A controller cancelling its own token must not stop the others.
-            shutdown: stop_controllers.child_token(),
+            shutdown: stop.controllers.child_token(),
         };
+        let starting = controller_tasks(&plan, controllers, context);
 
-        let mut starting: Vec<(&'static str, BoxFuture<'static, ()>)> = Vec::new();
-        if let Some(config) = plan.heartbeat.clone() {
-            starting.push((
-                HEARTBEAT_CONTROLLER,
-                Box::pin(heartbeat::run(context(HEARTBEAT_CONTROLLER), config)),
-            ));
-        }
-        for (name, factory) in controllers {
-            if plan.enabled.contains(name) {
-                starting.push((name, factory(context(name))));
-            } else {
-                tracing::info!(controller = name, "Controller disabled");
-            }
-        }
-
-        let mut servers = http::start(
+        let servers = http::start(
             &options.health_bind_address,
             &options.metrics_bind_address,
             readiness.clone(),
             Arc::new(registry),
-            stop_servers.clone(),
+            stop.servers.clone(),
         )
         .await?;
 
-        // Without leader election nobody else holds the sender; it must outlive the
-        // controllers, or waiting for leadership would see a closed channel.
-        let (mut leader_task, idle_leader_tx) = match plan.leader_election.clone() {
-            Some(config) => {
-                let election = leader::run(
-                    client_with_agent(
-                        &client,
-                        &user_agent::user_agent(&agent, LEADER_ELECTION_COMPONENT),
-                    ),
-                    config,
-                    leader_tx,
-                    stop_leader.clone(),
-                    leader_metrics.clone(),
-                )
-                .instrument(tracing::info_span!(
-                    "leader-election",
-                    logger = "leader-election"
-                ));
-                (Some(tokio::spawn(election)), None)
-            }
-            None => (None, Some(leader_tx)),
-        };
-
-        let mut tasks: JoinSet<()> = JoinSet::new();
-        let mut running: HashMap<Id, &'static str> = HashMap::new();
-        for (name, task) in starting {
-            let span = tracing::info_span!("controller", logger = %format!("{name}-controller"), controller = name);
-            let handle = tasks.spawn(task.instrument(span));
-            running.insert(handle.id(), name);
-            tracing::info!(controller = name, "Started controller");
-        }
-
-        // Runs until the first event: every event ends the run, normally or not.
-        let event = {
-            let leader_done = async {
-                match leader_task.as_mut() {
-                    Some(task) => task.await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                _ = shutdown => Event::Shutdown,
-                end = leader_done => Event::Leader(end),
-                Some(done) = tasks.join_next_with_id() => Event::Controller(done),
-                Some(done) = servers.join_next() => Event::Server(done),
-            }
-        };
-        let failure = match event {
-            Event::Shutdown => None,
-            Event::Leader(end) => {
-                leader_task = None;
-                match end {
-                    Ok(LeaderEnd::Lost(reason)) => {
-                        tracing::error!(reason = %reason, "Leadership lost, stopping immediately");
-                        stop_controllers.cancel();
-                        tasks.abort_all();
-                        stop_servers.cancel();
-                        return Err(RuntimeError::LeadershipLost(reason));
-                    }
-                    Ok(LeaderEnd::Failed(reason)) => Some(RuntimeError::LeaderElection(reason)),
-                    Ok(LeaderEnd::Stopped) => {
-                        Some(RuntimeError::LeaderElection("stopped unexpectedly".into()))
-                    }
-                    Err(e) => Some(RuntimeError::LeaderElection(format!(
-                        "the task failed: {e}"
-                    ))),
-                }
-            }
-            Event::Controller(done) => Some(controller_failure(done, &mut running)),
-            Event::Server(done) => Some(server_failure(done)),
+        let election = plan.leader_election.clone().map(|config| {
+            let client = client_with_agent(
+                &client,
+                &user_agent::user_agent(&agent, LEADER_ELECTION_COMPONENT),
+            );
+            (client, config, leader_metrics.clone())
+        });
+        let mut started = Started::start(starting, servers, election, leader_tx, stop);
+        let event = started.first_event(shutdown).await;
+        let failure = match started.failure_of(event) {
+            Ok(failure) => failure,
+            Err(lost) => return Err(lost),
         };
         if let Some(e) = &failure {
             tracing::error!(error = %e, "Stopping after a failure");
         }
-
-        stop_controllers.cancel();
-        let drained = drain(&mut tasks, &mut running, options.graceful_shutdown_timeout).await;
-        stop_leader.cancel();
-        if let Some(task) = leader_task.take() {
-            // The task bounds its own release; this only guards against a stuck API call.
-            match tokio::time::timeout(Duration::from_secs(30), task).await {
-                Ok(Ok(LeaderEnd::Lost(reason))) => {
-                    tracing::warn!(reason = %reason, "Leadership lost while shutting down")
-                }
-                Ok(_) => {}
-                Err(_) => tracing::warn!("Timed out stopping leader election"),
-            }
-        }
-        drop(idle_leader_tx);
-        stop_servers.cancel();
-        let _ = tokio::time::timeout(SERVER_STOP_TIMEOUT, async {
-            while servers.join_next().await.is_some() {}
-        })
-        .await;
+        let drained = started.stop(options.graceful_shutdown_timeout).await;
         tracing::info!("Manager stopped");
         match failure.or(drained) {
             Some(e) => Err(e),
@@ -582,102 +435,34 @@ impl Manager {
     }
 }
 
-enum Event {
-    Shutdown,
-    Leader(Result<LeaderEnd, JoinError>),
-    Controller(Result<(Id, ()), JoinError>),
-    Server(Result<(&'static str, String, std::io::Result<()>), JoinError>),
-}
-
-fn controller_failure(
-    done: Result<(Id, ()), JoinError>,
-    running: &mut HashMap<Id, &'static str>,
-) -> RuntimeError {
-    match done {
-        Ok((id, ())) => RuntimeError::ControllerExited {
-            name: running.remove(&id).unwrap_or("unknown"),
-        },
-        Err(e) => {
-            let name = running.remove(&e.id()).unwrap_or("unknown");
-            RuntimeError::ControllerPanicked {
-                name,
-                message: join_error_message(e),
-            }
+/// The controllers to start, in order: the built-in heartbeat first, then the extension's
+/// enabled ones. Built before the HTTP servers start (see [`ControllerFactory`]).
+fn controller_tasks(
+    plan: &Plan,
+    controllers: Vec<(&'static str, ControllerFactory)>,
+    context: impl Fn(&'static str) -> ControllerContext,
+) -> Vec<(&'static str, BoxFuture<'static, ()>)> {
+    let mut starting: Vec<(&'static str, BoxFuture<'static, ()>)> = Vec::new();
+    if let Some(config) = plan.heartbeat.clone() {
+        starting.push((
+            HEARTBEAT_CONTROLLER,
+            Box::pin(heartbeat::run(context(HEARTBEAT_CONTROLLER), config)),
+        ));
+    }
+    for (name, factory) in controllers {
+        if plan.enabled.contains(name) {
+            starting.push((name, factory(context(name))));
+        } else {
+            tracing::info!(controller = name, "Controller disabled");
         }
     }
-}
-
-fn server_failure(
-    done: Result<(&'static str, String, std::io::Result<()>), JoinError>,
-) -> RuntimeError {
-    match done {
-        Ok((server, address, result)) => RuntimeError::Server {
-            server,
-            address,
-            reason: match result {
-                Ok(()) => "stopped unexpectedly".to_string(),
-                Err(e) => e.to_string(),
-            },
-        },
-        Err(e) => RuntimeError::Server {
-            server: "HTTP",
-            address: "unknown".to_string(),
-            reason: join_error_message(e),
-        },
-    }
-}
-
-fn join_error_message(e: JoinError) -> String {
-    if !e.is_panic() {
-        return e.to_string();
-    }
-    let payload = e.into_panic();
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-string panic payload".to_string())
-}
-
-/// Waits up to `timeout` for the controllers to stop, then aborts the rest. Returns the first
-/// panic, or the timeout.
-async fn drain(
-    tasks: &mut JoinSet<()>,
-    running: &mut HashMap<Id, &'static str>,
-    timeout: Duration,
-) -> Option<RuntimeError> {
-    let mut first_error = None;
-    let finished = tokio::time::timeout(timeout, async {
-        while let Some(done) = tasks.join_next_with_id().await {
-            match done {
-                Ok((id, ())) => {
-                    running.remove(&id);
-                }
-                Err(e) => {
-                    let name = running.remove(&e.id()).unwrap_or("unknown");
-                    let message = join_error_message(e);
-                    tracing::error!(controller = name, panic = %message, "Controller panicked while stopping");
-                    first_error.get_or_insert(RuntimeError::ControllerPanicked { name, message });
-                }
-            }
-        }
-    })
-    .await;
-    if finished.is_err() {
-        let mut names: Vec<&str> = running.values().copied().collect();
-        names.sort_unstable();
-        tasks.abort_all();
-        tracing::error!(controllers = %names.join(", "), "Controllers did not stop in time, aborting them");
-        first_error.get_or_insert(RuntimeError::ShutdownTimeout {
-            names: names.join(", "),
-            timeout,
-        });
-    }
-    first_error
+    starting
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use clap::Parser;
 
     use super::*;
@@ -795,38 +580,5 @@ mod tests {
         ));
         assert!(m.is_enabled("extension") && !m.is_enabled("heartbeat"));
         assert!(m.identity().is_none());
-    }
-
-    #[tokio::test]
-    async fn wait_until_leader_follows_the_channel_and_shutdown() {
-        let config = Config::new("https://127.0.0.1:1".parse().expect("uri"));
-        let client = Client::try_from(config).expect("client");
-        let mut registry = Registry::default();
-        let (tx, rx) = watch::channel(false);
-        let ctx = ControllerContext {
-            name: "extension",
-            extension_name: Arc::from("x"),
-            client,
-            metrics: ReconcileMetrics::register(&mut registry),
-            readiness: Readiness::new(Duration::from_secs(1)),
-            leader: rx,
-            shutdown: CancellationToken::new(),
-        };
-        let waiting = tokio::spawn({
-            let ctx = ctx.clone();
-            async move { ctx.wait_until_leader().await }
-        });
-        assert!(!ctx.is_leader());
-        tx.send(true).expect("receiver alive");
-        assert_eq!(waiting.await.ok(), Some(Ok(())));
-        assert!(ctx.is_leader());
-
-        let (_tx, rx) = watch::channel(false);
-        let follower = ControllerContext {
-            leader: rx,
-            ..ctx.clone()
-        };
-        follower.shutdown.cancel();
-        assert_eq!(follower.wait_until_leader().await, Err(ShuttingDown));
     }
 }

@@ -27,18 +27,21 @@
 //! # }
 //! ```
 
+pub mod context;
 pub mod error;
 pub mod heartbeat;
 mod http;
 pub mod leader;
+mod lifecycle;
 pub mod logging;
 pub mod manager;
 pub mod metrics;
 pub mod options;
 pub mod readiness;
 
+pub use context::{ControllerContext, ShuttingDown};
 pub use error::RuntimeError;
-pub use manager::{ControllerContext, ControllerFactory, Manager, ShuttingDown};
+pub use manager::{ControllerFactory, Manager};
 pub use metrics::{Operation, OperationResult, ReconcileMetrics, ReconcileResult};
 pub use options::{BindAddress, LogFormat, LogLevel, RuntimeOptions};
 pub use readiness::{Readiness, SyncHandle};

@@ -11,12 +11,9 @@ use toml_edit::{DocumentMut, Item};
 
 use super::config_version::ConfigVersion;
 use super::daemon_version::ContainerdVersion;
-use super::edit::table_at;
-use super::effective::{EffectiveConfig, Ours, ensure_only_ours_changed};
 use super::error::ConfigError;
-use super::key_path::KeyPath;
+use super::key_path::{KeyPath, table_at};
 use super::ownership::OwnedHandler;
-use super::plan::Validation;
 use super::runtime::{ManagedKey, RuntimeEntry};
 
 /// A runtime as the merged config must (or must no longer) show it.
@@ -98,47 +95,6 @@ pub fn dump_command(
     Ok(argv)
 }
 
-impl Validation {
-    /// The dump command for this validation; see [`dump_command`].
-    pub fn command(&self, prefix: &[String], containerd: &str) -> Result<Vec<String>, ConfigError> {
-        dump_command(prefix, containerd, &self.config)
-    }
-
-    /// Interprets the dump command's result; see [`check_dump`]. With a baseline, the
-    /// candidate must also leave everything that is not ours as it was
-    /// ([`super::ensure_only_ours_changed`]).
-    pub fn check(&self, output: &DumpOutput) -> Result<(), ConfigError> {
-        let before = match &self.baseline {
-            Some(baseline) => {
-                let before = EffectiveConfig::parse(&self.config, self.containerd, baseline)?;
-                before.ensure_not_taken(&self.config, &self.present, &self.recorded)?;
-                Some(before)
-            }
-            None => None,
-        };
-        check_dump(
-            &self.config,
-            self.containerd,
-            &self.present,
-            &self.absent,
-            output,
-        )?;
-        let Some(before) = before else {
-            return Ok(());
-        };
-        let after = EffectiveConfig::parse(&self.config, self.containerd, &output.stdout)?;
-        let ours = Ours {
-            handlers: self
-                .present
-                .iter()
-                .chain(&self.absent)
-                .map(|runtime| runtime.handler.clone())
-                .collect(),
-        };
-        ensure_only_ours_changed(&self.config, &before, &after, &ours)
-    }
-}
-
 /// Fails when containerd rejected the config, ignored one of our keys, or merged a config that
 /// does not show `present` exactly (or still shows one of `absent`).
 pub fn check_dump(
@@ -175,6 +131,30 @@ pub fn check_dump(
     } else {
         ConfigVersion::V2
     };
+    ensure_present(config, &doc, layout, present)?;
+    for gone in absent {
+        let key = layout.runtime_table(&gone.handler);
+        let still_ours = table_at(doc.as_table(), &key)
+            .and_then(|table| gone.managed_key.value_in(table))
+            == Some(gone.runtime_path.as_str());
+        if still_ours {
+            return Err(ConfigError::RuntimeStillPresent {
+                config: config.to_path_buf(),
+                handler: gone.handler.clone(),
+                key,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Fails unless every runtime of `present` shows in the dump exactly as expected.
+fn ensure_present(
+    config: &Path,
+    doc: &DocumentMut,
+    layout: ConfigVersion,
+    present: &[ExpectedRuntime],
+) -> Result<(), ConfigError> {
     for expected in present {
         let key = layout.runtime_table(&expected.handler);
         let Some(table) = table_at(doc.as_table(), &key) else {
@@ -205,19 +185,6 @@ pub fn check_dump(
                     expected: want.clone(),
                 });
             }
-        }
-    }
-    for gone in absent {
-        let key = layout.runtime_table(&gone.handler);
-        let still_ours = table_at(doc.as_table(), &key)
-            .and_then(|table| gone.managed_key.value_in(table))
-            == Some(gone.runtime_path.as_str());
-        if still_ours {
-            return Err(ConfigError::RuntimeStillPresent {
-                config: config.to_path_buf(),
-                handler: gone.handler.clone(),
-                key,
-            });
         }
     }
     Ok(())

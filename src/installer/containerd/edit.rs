@@ -13,8 +13,8 @@ use crate::desired_shims::OptionValue;
 
 use super::config_version::ConfigVersion;
 use super::effective::KeptRuntime;
-use super::error::ConfigError;
-use super::key_path::KeyPath;
+use super::error::{ConfigError, describe};
+use super::key_path::{KeyPath, table_at, table_at_mut};
 use super::ownership::{KeptHandler, OwnedFile, OwnedHandler};
 use super::runtime::{ManagedKey, RuntimeEntry, describe_runtime};
 use super::style::{RuntimeStyle, TableStyle, key_indent};
@@ -121,34 +121,16 @@ fn write_runtime(
         .clone()
         .unwrap_or_else(|| RuntimeStyle::infer(runtimes, &desired.handler));
 
-    match runtimes.get(&desired.handler) {
-        None => {
-            let mut table = Table::new();
-            decorate_table(&mut table, &style.table);
-            runtimes.insert(&desired.handler, Item::Table(table));
-            created.insert(table_path.clone());
-            outcome.dirty = true;
-        }
-        Some(Item::Table(existing)) => {
-            if previous.is_none() {
-                ensure_adoptable(edit.path, &table_path, existing, desired)?;
-                // Its runtime_path is our managed symlink: the table is ours from an earlier run
-                // whose record was lost; treat it (and its options) as created by us so that
-                // uninstall can remove it.
-                if existing.contains_table("options") {
-                    created.insert(table_path.join(["options"]));
-                }
-                created.insert(table_path.clone());
-            }
-        }
-        Some(other) => {
-            return Err(unexpected(edit.path, &table_path, other, "a table"));
-        }
-    }
-    let table = match runtimes.get_mut(&desired.handler) {
-        Some(Item::Table(table)) => table,
-        _ => return Err(missing_after_insert(edit.path, &table_path)),
-    };
+    let table = runtime_table(
+        runtimes,
+        edit,
+        desired,
+        previous,
+        &table_path,
+        &style,
+        created,
+        outcome,
+    )?;
 
     let wanted = desired_values(desired);
     let wanted_keys: BTreeSet<KeyPath> = wanted.iter().map(|(key, _)| key.clone()).collect();
@@ -162,28 +144,15 @@ fn write_runtime(
         }
     }
 
-    let options_path = table_path.join(["options"]);
-    for (key, value) in &wanted {
-        let (target, key_style, name) = match key.segments() {
-            [name] => (&mut *table, &style.table, name),
-            [options, name] if options == "options" => {
-                let options = ensure_child_table(table, edit.path, &options_path, &style.options)?;
-                if options.1 {
-                    created.insert(options_path.clone());
-                    outcome.dirty = true;
-                }
-                (options.0, &style.options, name)
-            }
-            _ => {
-                return Err(missing_after_insert(
-                    edit.path,
-                    &table_path.join(key.segments()),
-                ));
-            }
-        };
-        let full_key = table_path.join(key.segments());
-        outcome.dirty |= set_value(target, edit.path, &full_key, name, value, key_style)?;
-    }
+    write_values(
+        table,
+        edit.path,
+        &table_path,
+        &wanted,
+        &style,
+        created,
+        outcome,
+    )?;
 
     Ok(OwnedHandler {
         handler: desired.handler.clone(),
@@ -193,6 +162,82 @@ fn write_runtime(
         managed_key: desired.managed_key,
         runtime_type: desired.runtime_type.clone(),
     })
+}
+
+/// Our handler's table below `runtimes`, created when missing; an existing one we have no
+/// record of must be adoptable.
+#[allow(clippy::too_many_arguments)]
+fn runtime_table<'t>(
+    runtimes: &'t mut Table,
+    edit: &RuntimeEdit<'_>,
+    desired: &RuntimeEntry,
+    previous: Option<&OwnedHandler>,
+    table_path: &KeyPath,
+    style: &RuntimeStyle,
+    created: &mut BTreeSet<KeyPath>,
+    outcome: &mut EditOutcome,
+) -> Result<&'t mut Table, ConfigError> {
+    match runtimes.get(&desired.handler) {
+        None => {
+            let mut table = Table::new();
+            decorate_table(&mut table, &style.table);
+            runtimes.insert(&desired.handler, Item::Table(table));
+            created.insert(table_path.clone());
+            outcome.dirty = true;
+        }
+        Some(Item::Table(existing)) => {
+            if previous.is_none() {
+                ensure_adoptable(edit.path, table_path, existing, desired)?;
+                // Its runtime_path is our managed symlink: the table is ours from an earlier run
+                // whose record was lost; treat it (and its options) as created by us so that
+                // uninstall can remove it.
+                if existing.contains_table("options") {
+                    created.insert(table_path.join(["options"]));
+                }
+                created.insert(table_path.clone());
+            }
+        }
+        Some(other) => {
+            return Err(unexpected(edit.path, table_path, other, "a table"));
+        }
+    }
+    match runtimes.get_mut(&desired.handler) {
+        Some(Item::Table(table)) => Ok(table),
+        _ => Err(missing_after_insert(edit.path, table_path)),
+    }
+}
+
+/// Sets each wanted key (at the top of our table or below its `options`), keeping the style
+/// of what is there.
+fn write_values(
+    table: &mut Table,
+    file: &Path,
+    table_path: &KeyPath,
+    wanted: &[(KeyPath, Value)],
+    style: &RuntimeStyle,
+    created: &mut BTreeSet<KeyPath>,
+    outcome: &mut EditOutcome,
+) -> Result<(), ConfigError> {
+    let options_path = table_path.join(["options"]);
+    for (key, value) in wanted {
+        let (target, key_style, name) = match key.segments() {
+            [name] => (&mut *table, &style.table, name),
+            [options, name] if options == "options" => {
+                let options = ensure_child_table(table, file, &options_path, &style.options)?;
+                if options.1 {
+                    created.insert(options_path.clone());
+                    outcome.dirty = true;
+                }
+                (options.0, &style.options, name)
+            }
+            _ => {
+                return Err(missing_after_insert(file, &table_path.join(key.segments())));
+            }
+        };
+        let full_key = table_path.join(key.segments());
+        outcome.dirty |= set_value(target, file, &full_key, name, value, key_style)?;
+    }
+    Ok(())
 }
 
 /// The keys (relative to the handler table) and values we write for a runtime, in the order a
@@ -495,24 +540,6 @@ fn remove_empty_created(doc: &mut DocumentMut, created: &mut BTreeSet<KeyPath>) 
     dirty
 }
 
-/// The table at a path below `root`, if every step is a table.
-pub(crate) fn table_at_mut<'t>(root: &'t mut Table, path: &KeyPath) -> Option<&'t mut Table> {
-    let mut table = root;
-    for segment in path.segments() {
-        table = table.get_mut(segment)?.as_table_mut()?;
-    }
-    Some(table)
-}
-
-/// The table at a path below `root`, if every step is a table.
-pub(crate) fn table_at<'t>(root: &'t Table, path: &KeyPath) -> Option<&'t Table> {
-    let mut table = root;
-    for segment in path.segments() {
-        table = table.get(segment)?.as_table()?;
-    }
-    Some(table)
-}
-
 fn unexpected(file: &Path, key: &KeyPath, item: &Item, expected: &'static str) -> ConfigError {
     ConfigError::UnexpectedType {
         path: file.to_path_buf(),
@@ -529,22 +556,5 @@ fn missing_after_insert(file: &Path, key: &KeyPath) -> ConfigError {
         key: key.clone(),
         found: "missing after insertion",
         expected: "a table",
-    }
-}
-
-pub(crate) fn describe(item: &Item) -> &'static str {
-    match item {
-        Item::None => "nothing",
-        Item::Table(_) => "a table",
-        Item::ArrayOfTables(_) => "an array of tables",
-        Item::Value(value) => match value {
-            Value::String(_) => "a string",
-            Value::Integer(_) => "an integer",
-            Value::Float(_) => "a float",
-            Value::Boolean(_) => "a boolean",
-            Value::Datetime(_) => "a datetime",
-            Value::Array(_) => "an array",
-            Value::InlineTable(_) => "an inline table",
-        },
     }
 }

@@ -16,9 +16,8 @@ use toml_edit::{DocumentMut, Item, Table, Value};
 use super::config_version::ConfigVersion;
 use super::daemon_version::ContainerdVersion;
 use super::dump::ExpectedRuntime;
-use super::edit::table_at;
 use super::error::ConfigError;
-use super::key_path::KeyPath;
+use super::key_path::{KeyPath, table_at};
 use super::runtime::{ManagedKey, describe_runtime};
 
 /// At most this many differences are named in an error; the rest are counted.

@@ -5,6 +5,8 @@
 
 use std::path::PathBuf;
 
+use toml_edit::{Item, Value};
+
 use super::key_path::KeyPath;
 
 /// Why a configuration plan or a validation could not be produced.
@@ -176,4 +178,22 @@ pub enum ConfigError {
         handler: String,
         key: KeyPath,
     },
+}
+
+/// How an item that is not what we expected is named in [`ConfigError::UnexpectedType`].
+pub(crate) fn describe(item: &Item) -> &'static str {
+    match item {
+        Item::None => "nothing",
+        Item::Table(_) => "a table",
+        Item::ArrayOfTables(_) => "an array of tables",
+        Item::Value(value) => match value {
+            Value::String(_) => "a string",
+            Value::Integer(_) => "an integer",
+            Value::Float(_) => "a float",
+            Value::Boolean(_) => "a boolean",
+            Value::Datetime(_) => "a datetime",
+            Value::Array(_) => "an array",
+            Value::InlineTable(_) => "an inline table",
+        },
+    }
 }

@@ -9,7 +9,6 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use super::error::ConfigError;
-use super::plan::Plan;
 
 /// Reads host files by host path.
 pub trait HostFs {
@@ -120,21 +119,6 @@ impl MemoryHost {
     pub fn with(mut self, path: impl Into<PathBuf>, text: impl Into<String>) -> Self {
         self.files.insert(path.into(), text.into());
         self
-    }
-
-    /// Applies a plan as the installer would: backups, writes, deletes. The validation scratch
-    /// file is not written; it is transient.
-    pub fn apply(&mut self, plan: &Plan) {
-        for backup in &plan.backups {
-            self.files
-                .insert(backup.destination.clone(), backup.content.clone());
-        }
-        for write in &plan.writes {
-            self.files.insert(write.path.clone(), write.content.clone());
-        }
-        for delete in &plan.deletes {
-            self.files.remove(&delete.path);
-        }
     }
 }
 

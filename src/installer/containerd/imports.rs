@@ -11,8 +11,7 @@ use std::path::{Component, Path, PathBuf};
 
 use toml_edit::{DocumentMut, Item, Value};
 
-use super::edit::describe;
-use super::error::ConfigError;
+use super::error::{ConfigError, describe};
 use super::glob::{has_meta, is_glob, matches};
 use super::key_path::KeyPath;
 use super::ownership::OwnedFile;

@@ -6,6 +6,7 @@
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+use toml_edit::Table;
 
 /// A path of TOML keys, e.g. `plugins."io.containerd.grpc.v1.cri".containerd.runtimes.spin`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -55,6 +56,24 @@ impl fmt::Display for KeyPath {
         }
         Ok(())
     }
+}
+
+/// The table at a path below `root`, if every step is a table.
+pub(crate) fn table_at_mut<'t>(root: &'t mut Table, path: &KeyPath) -> Option<&'t mut Table> {
+    let mut table = root;
+    for segment in path.segments() {
+        table = table.get_mut(segment)?.as_table_mut()?;
+    }
+    Some(table)
+}
+
+/// The table at a path below `root`, if every step is a table.
+pub(crate) fn table_at<'t>(root: &'t Table, path: &KeyPath) -> Option<&'t Table> {
+    let mut table = root;
+    for segment in path.segments() {
+        table = table.get(segment)?.as_table()?;
+    }
+    Some(table)
 }
 
 #[cfg(test)]

@@ -41,6 +41,7 @@ mod dump;
 mod edit;
 mod effective;
 mod error;
+mod file_editors;
 mod glob;
 mod host;
 mod imports;
@@ -53,6 +54,7 @@ mod sources;
 mod style;
 mod text;
 mod toml_value;
+mod validation;
 
 #[cfg(test)]
 mod foreign_docs;
@@ -75,6 +77,7 @@ pub use locate::{DEFAULT_CONFIG, Distro, Target, WriteStrategy, locate};
 pub use ownership::{FileRole, KeptHandler, OwnedFile, OwnedHandler, Ownership};
 pub use plan::{
     BACKUP_SUFFIX, BASELINE_SUFFIX, Backup, FileDelete, FileWrite, Plan, SCRATCH_SUFFIX,
-    ScratchFile, Validation, plan_install, plan_install_keeping, plan_uninstall,
+    plan_install, plan_install_keeping, plan_uninstall,
 };
 pub use runtime::{ManagedKey, RuntimeEntry, validate_handler};
+pub use validation::{ScratchFile, Validation};

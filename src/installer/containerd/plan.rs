@@ -19,24 +19,23 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use toml_edit::DocumentMut;
 
-use super::config_version::{ConfigVersion, parse_toml};
 use super::daemon_version::ContainerdVersion;
 use super::dump::ExpectedRuntime;
-use super::edit::{RuntimeEdit, reconcile_runtimes, remove_owned, table_at};
 use super::effective::KeptRuntime;
 use super::error::ConfigError;
-use super::host::{HostFs, exists_host, read_host};
-use super::imports::ensure_import;
+use super::file_editors::{
+    FileOutcome, edit_config, generate_drop_in, prefer_original, remember_original, remove_from,
+    same_document,
+};
+use super::host::{HostFs, MemoryHost, exists_host, read_host};
 use super::locate::{Target, WriteStrategy};
 use super::ownership::{FileRole, OwnedFile, Ownership};
 use super::runtime::{RuntimeEntry, validate_set};
 use super::sources::{
     ensure_cri_enabled, ensure_cri_table_not_imported, ensure_no_foreign_handlers, files_read,
 };
-use super::style::RuntimeStyle;
-use super::text::render_edit;
+use super::validation::Validation;
 
 /// Suffix of the backup taken of a file we edit in place.
 pub const BACKUP_SUFFIX: &str = ".containerd-shim.bak";
@@ -47,10 +46,6 @@ pub const SCRATCH_SUFFIX: &str = ".containerd-shim-candidate";
 /// Suffix of the empty file dumped as the baseline where the config does not exist yet
 /// (containerd 1.x refuses a missing `--config`); written and removed around that one dump.
 pub const BASELINE_SUFFIX: &str = ".containerd-shim-baseline";
-
-/// The header of drop-ins we generate. Informational only: ownership lives in the state file.
-const DROP_IN_HEADER: &str = "# Runtime handlers of the gardener-extension-containerd-shim node installer.\n\
-# The installer owns this file: it rewrites it on every change and deletes it on uninstall.\n";
 
 /// A file to write with its complete new content.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -81,43 +76,6 @@ pub struct Backup {
     pub content: String,
 }
 
-/// A transient file to dump instead of the real config. The engine's strategies (in-place edits
-/// and drop-ins the main file imports) never need one: they dump the config containerd reads.
-/// Kept in the journal format so that a change recorded by an earlier installer still loads.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ScratchFile {
-    pub path: PathBuf,
-    pub content: String,
-}
-
-/// How to prove with the node's containerd that the planned config works.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Validation {
-    /// The containerd the dump must come from (decides where the merged config shows runtimes).
-    pub containerd: ContainerdVersion,
-    /// The file to pass to `containerd --config`, after the plan's writes.
-    pub config: PathBuf,
-    /// Written before the dump and removed after it, when set; then `config` is its path.
-    /// Never set by the current strategies (see [`ScratchFile`]).
-    #[serde(default)]
-    pub scratch: Option<ScratchFile>,
-    /// Runtimes the merged config must contain, exactly like this.
-    pub present: Vec<ExpectedRuntime>,
-    /// Runtimes of ours that must be gone.
-    pub absent: Vec<ExpectedRuntime>,
-    /// Handlers the ownership record held before the change: ours in the baseline whatever it
-    /// shows of them (a drifted table of ours is repaired, not a foreign one).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub recorded: Vec<String>,
-    /// `containerd config dump` of the configuration as it was before the change, when taken:
-    /// none of `present` may be someone else's in it, and the candidate must not differ from it
-    /// in anything that is not ours.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub baseline: Option<String>,
-}
-
 /// Everything the installer needs to do to converge containerd's config.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -135,14 +93,23 @@ pub struct Plan {
     pub changed: bool,
 }
 
-/// The result of planning one file.
-struct FileOutcome {
-    path: PathBuf,
-    role: FileRole,
-    before: Option<String>,
-    /// `None`: the file must not exist afterwards.
-    after: Option<String>,
-    owned: OwnedFile,
+// Lives with the plan rather than the host so that the host abstraction knows nothing of
+// plans and the planner's modules can test against an in-memory host without a cycle.
+impl MemoryHost {
+    /// Applies a plan as the installer would: backups, writes, deletes. The validation scratch
+    /// file is not written; it is transient.
+    pub fn apply(&mut self, plan: &Plan) {
+        for backup in &plan.backups {
+            self.files
+                .insert(backup.destination.clone(), backup.content.clone());
+        }
+        for write in &plan.writes {
+            self.files.insert(write.path.clone(), write.content.clone());
+        }
+        for delete in &plan.deletes {
+            self.files.remove(&delete.path);
+        }
+    }
 }
 
 /// Plans installing exactly `runtimes` (an empty list removes all of ours) at `target`, given
@@ -171,63 +138,9 @@ pub fn plan_install_keeping(
     target.containerd.ensure_supported()?;
     validate_set(runtimes)?;
     if !runtimes.is_empty() {
-        // Everything containerd reads counts: a CRI plugin disabled in a drop-in, or a runtime
-        // of one of our handlers in an imported file, is as real as one in the main file.
-        let (editable, generated) = match &target.strategy {
-            WriteStrategy::InPlace { file } => (Some(file.as_path()), None),
-            WriteStrategy::DropIn { file, .. } | WriteStrategy::DropInWithImport { file, .. } => {
-                (None, Some(file.as_path()))
-            }
-        };
-        let files = files_read(host, target.containerd, &target.config, generated)?;
-        ensure_cri_enabled(&files)?;
-        ensure_no_foreign_handlers(&files, runtimes, previous, editable)?;
-        if let Some(edited) = editable {
-            ensure_cri_table_not_imported(&files, target.containerd, edited)?;
-        }
+        ensure_nothing_in_the_way(host, target, runtimes, previous)?;
     }
-    let mut outcomes = match &target.strategy {
-        WriteStrategy::InPlace { file } => vec![edit_config(
-            host,
-            file,
-            target.version,
-            runtimes,
-            None,
-            previous.file(file),
-            kept,
-        )?],
-        WriteStrategy::DropIn { file, main } => vec![generate_drop_in(
-            host,
-            file,
-            main,
-            target.version,
-            runtimes,
-            previous.file(file),
-        )?],
-        WriteStrategy::DropInWithImport { file, main } => {
-            let entry = utf8(file)?;
-            let drop_in = generate_drop_in(
-                host,
-                file,
-                main,
-                target.version,
-                runtimes,
-                previous.file(file),
-            )?;
-            // The import goes only where a drop-in will exist to import.
-            let import = drop_in.after.as_ref().map(|_| entry);
-            let main = edit_config(
-                host,
-                main,
-                target.version,
-                &[],
-                import,
-                previous.file(main),
-                None,
-            )?;
-            vec![drop_in, main]
-        }
-    };
+    let mut outcomes = edit_target(host, target, runtimes, previous, kept)?;
     let targeted: BTreeSet<PathBuf> = outcomes.iter().map(|o| o.path.clone()).collect();
     for owned in &previous.files {
         if !targeted.contains(&owned.path) {
@@ -271,6 +184,82 @@ pub fn plan_install_keeping(
         present,
         absent,
     ))
+}
+
+/// Fails when something containerd reads stands in the way of installing `runtimes`.
+fn ensure_nothing_in_the_way(
+    host: &dyn HostFs,
+    target: &Target,
+    runtimes: &[RuntimeEntry],
+    previous: &Ownership,
+) -> Result<(), ConfigError> {
+    // Everything containerd reads counts: a CRI plugin disabled in a drop-in, or a runtime of
+    // one of our handlers in an imported file, is as real as one in the main file.
+    let (editable, generated) = match &target.strategy {
+        WriteStrategy::InPlace { file } => (Some(file.as_path()), None),
+        WriteStrategy::DropIn { file, .. } | WriteStrategy::DropInWithImport { file, .. } => {
+            (None, Some(file.as_path()))
+        }
+    };
+    let files = files_read(host, target.containerd, &target.config, generated)?;
+    ensure_cri_enabled(&files)?;
+    ensure_no_foreign_handlers(&files, runtimes, previous, editable)?;
+    if let Some(edited) = editable {
+        ensure_cri_table_not_imported(&files, target.containerd, edited)?;
+    }
+    Ok(())
+}
+
+/// The files the target's write strategy changes, each with its new content.
+fn edit_target(
+    host: &dyn HostFs,
+    target: &Target,
+    runtimes: &[RuntimeEntry],
+    previous: &Ownership,
+    kept: Option<&[KeptRuntime]>,
+) -> Result<Vec<FileOutcome>, ConfigError> {
+    Ok(match &target.strategy {
+        WriteStrategy::InPlace { file } => vec![edit_config(
+            host,
+            file,
+            target.version,
+            runtimes,
+            None,
+            previous.file(file),
+            kept,
+        )?],
+        WriteStrategy::DropIn { file, main } => vec![generate_drop_in(
+            host,
+            file,
+            main,
+            target.version,
+            runtimes,
+            previous.file(file),
+        )?],
+        WriteStrategy::DropInWithImport { file, main } => {
+            let entry = utf8(file)?;
+            let drop_in = generate_drop_in(
+                host,
+                file,
+                main,
+                target.version,
+                runtimes,
+                previous.file(file),
+            )?;
+            // The import goes only where a drop-in will exist to import.
+            let import = drop_in.after.as_ref().map(|_| entry);
+            let main = edit_config(
+                host,
+                main,
+                target.version,
+                &[],
+                import,
+                previous.file(main),
+                None,
+            )?;
+            vec![drop_in, main]
+        }
+    })
 }
 
 /// Plans removing everything the record says we own. `containerd` is the release on the node,
@@ -321,74 +310,19 @@ fn assemble(
     present: Vec<ExpectedRuntime>,
     absent: Vec<ExpectedRuntime>,
 ) -> Plan {
-    let mut backups = Vec::new();
-    let mut writes = Vec::new();
-    let mut deletes = Vec::new();
-    let mut owned_files = Vec::new();
+    let mut actions = Actions::default();
     // Drop-ins first, then the files that import them (see the module docs).
     let mut ordered: Vec<&FileOutcome> = outcomes.iter().collect();
     ordered.sort_by_key(|o| matches!(o.role, FileRole::Config));
     for outcome in ordered {
-        let before_us = previous.file(&outcome.path);
-        let mut owned = outcome.owned.clone();
-        owned.backup = before_us.is_some_and(|p| p.backup);
-        match (&outcome.before, &outcome.after) {
-            (before, Some(after)) if before.as_deref() != Some(after.as_str()) => {
-                // The backup holds the file as it was before our first edit (the recorded
-                // original), whatever happened since: it is written only where none exists, so
-                // drift repair and later edits never replace it (nor copy our own tables into
-                // it), and a backup lost to an interrupted first edit is written again.
-                if let Some(original) = owned
-                    .original
-                    .as_ref()
-                    .filter(|_| before.is_some() && !owned.created && !owned.is_empty())
-                {
-                    let destination = suffixed(&outcome.path, BACKUP_SUFFIX);
-                    // An unreadable destination counts as present: never overwrite a backup.
-                    if !exists_host(host, &destination).unwrap_or(true) {
-                        backups.push(Backup {
-                            source: outcome.path.clone(),
-                            destination,
-                            content: original.clone(),
-                        });
-                    }
-                    owned.backup = true;
-                }
-                writes.push(FileWrite {
-                    path: outcome.path.clone(),
-                    content: after.clone(),
-                    previous: before.clone(),
-                });
-            }
-            (Some(before), None) => deletes.push(FileDelete {
-                path: outcome.path.clone(),
-                previous: before.clone(),
-            }),
-            _ => {}
-        }
-        if owned.is_empty() {
-            // Nothing of ours is left in the file: its backup goes with us. Without a record
-            // of it (a lost state file), a backup that means what the file means now is ours.
-            let backup = suffixed(&outcome.path, BACKUP_SUFFIX);
-            if let Ok(Some(content)) = read_host(host, &backup) {
-                let ours = owned.backup
-                    || outcome
-                        .after
-                        .as_deref()
-                        .is_some_and(|after| same_document(&content, after));
-                if ours {
-                    deletes.push(FileDelete {
-                        path: backup,
-                        previous: content,
-                    });
-                }
-            }
-            owned.backup = false;
-        }
-        if outcome.after.is_some() {
-            owned_files.push(owned);
-        }
+        actions.add(host, outcome, previous.file(&outcome.path));
     }
+    let Actions {
+        backups,
+        writes,
+        deletes,
+        owned_files,
+    } = actions;
     let changed = !writes.is_empty() || !deletes.is_empty();
     let exists_after = |path: &Path| {
         outcomes
@@ -418,268 +352,96 @@ fn assemble(
     }
 }
 
-/// A config file edited in place: our runtime tables and, optionally, one `imports` entry.
-fn edit_config(
-    host: &dyn HostFs,
-    path: &Path,
-    new_file_version: ConfigVersion,
-    runtimes: &[RuntimeEntry],
-    import: Option<String>,
-    previous: Option<&OwnedFile>,
-    kept: Option<&[KeptRuntime]>,
-) -> Result<FileOutcome, ConfigError> {
-    let before = read_host(host, path)?;
-    let untouched = match &before {
-        Some(text) => parse_toml(path, text)?,
-        None => DocumentMut::new(),
-    };
-    let mut doc = untouched.clone();
-    let (version, created) = match &before {
-        Some(_) => {
-            let version = ConfigVersion::detect(path, &doc)?;
-            (version, previous.is_some_and(|p| p.created))
-        }
-        None => {
-            if runtimes.is_empty() && import.is_none() {
-                return Ok(unchanged(path, FileRole::Config, None));
+/// What a plan does to the files, and the record of what stays ours in them.
+#[derive(Default)]
+struct Actions {
+    backups: Vec<Backup>,
+    writes: Vec<FileWrite>,
+    deletes: Vec<FileDelete>,
+    owned_files: Vec<OwnedFile>,
+}
+
+impl Actions {
+    /// Adds one file's change; `before_us` is its previous record.
+    fn add(&mut self, host: &dyn HostFs, outcome: &FileOutcome, before_us: Option<&OwnedFile>) {
+        let mut owned = outcome.owned.clone();
+        owned.backup = before_us.is_some_and(|p| p.backup);
+        match (&outcome.before, &outcome.after) {
+            (before, Some(after)) if before.as_deref() != Some(after.as_str()) => {
+                self.back_up_original(host, outcome, &mut owned);
+                self.writes.push(FileWrite {
+                    path: outcome.path.clone(),
+                    content: after.clone(),
+                    previous: before.clone(),
+                });
             }
-            doc.insert("version", toml_edit::value(new_file_version.number()));
-            (new_file_version, true)
+            (Some(before), None) => self.deletes.push(FileDelete {
+                path: outcome.path.clone(),
+                previous: before.clone(),
+            }),
+            _ => {}
         }
-    };
-    let outcome = reconcile_runtimes(
-        &mut doc,
-        &RuntimeEdit {
-            path,
-            version,
-            desired: runtimes,
-            previous,
-            style: (before.is_none()).then(RuntimeStyle::generated),
-            kept,
-        },
-    )?;
-    let mut owned = OwnedFile::new(path, FileRole::Config);
-    owned.created = created;
-    owned.handlers = outcome.handlers;
-    owned.kept = outcome.kept;
-    owned.created_tables = outcome.created_tables;
-    let mut dirty = outcome.dirty || before.is_none();
-    if let Some(entry) = import {
-        dirty |= ensure_import(path, &mut doc, &entry, previous, &mut owned)?;
-    } else if let Some(previous) = previous {
-        dirty |= super::imports::remove_imports(&mut doc, previous);
-    }
-    if created && only_version_left(&doc) && owned.handlers.is_empty() && owned.imports.is_empty() {
-        // A file we created that holds nothing of anyone's anymore: back to no file.
-        return Ok(FileOutcome {
-            path: path.to_path_buf(),
-            role: FileRole::Config,
-            before,
-            after: None,
-            owned,
-        });
-    }
-    let after = match (&before, dirty) {
-        (Some(text), false) => text.clone(),
-        (original, _) => render_edit(original.as_deref().unwrap_or_default(), &untouched, &doc),
-    };
-    Ok(FileOutcome {
-        path: path.to_path_buf(),
-        role: FileRole::Config,
-        before,
-        after: Some(after),
-        owned,
-    })
-}
-
-/// Our own drop-in: generated as a whole, so any drift (including edits by others) is undone.
-fn generate_drop_in(
-    host: &dyn HostFs,
-    path: &Path,
-    main: &Path,
-    version: ConfigVersion,
-    runtimes: &[RuntimeEntry],
-    previous: Option<&OwnedFile>,
-) -> Result<FileOutcome, ConfigError> {
-    let role = FileRole::DropIn {
-        main: main.to_path_buf(),
-    };
-    let before = read_host(host, path)?;
-    if let (Some(text), None) = (&before, previous) {
-        ensure_adoptable_file(path, text, version, runtimes)?;
-    }
-    if runtimes.is_empty() {
-        let mut outcome = unchanged(path, role, before);
-        outcome.after = None;
-        return Ok(outcome);
-    }
-    let mut doc = DocumentMut::new();
-    // Always declared, and equal to the main file's: containerd migrates each file by its own
-    // version, so a drop-in without one would be read as v1.
-    doc.insert("version", toml_edit::value(version.number()));
-    let outcome = reconcile_runtimes(
-        &mut doc,
-        &RuntimeEdit {
-            path,
-            version,
-            desired: runtimes,
-            previous: None,
-            style: Some(RuntimeStyle::generated()),
-            kept: None,
-        },
-    )?;
-    let mut owned = OwnedFile::new(path, role.clone());
-    owned.created = true;
-    owned.handlers = outcome.handlers;
-    owned.created_tables = outcome.created_tables;
-    Ok(FileOutcome {
-        path: path.to_path_buf(),
-        role,
-        before,
-        after: Some(format!("{DROP_IN_HEADER}{doc}")),
-        owned,
-    })
-}
-
-/// A file at our drop-in path that we have no record of is ours only if every runtime in it
-/// points at one of our managed shim paths (a state file lost after an earlier install).
-fn ensure_adoptable_file(
-    path: &Path,
-    text: &str,
-    version: ConfigVersion,
-    runtimes: &[RuntimeEntry],
-) -> Result<(), ConfigError> {
-    let foreign = |what: String| ConfigError::ForeignFile {
-        path: path.to_path_buf(),
-        what,
-    };
-    let doc = parse_toml(path, text).map_err(|_| foreign("text that is not valid TOML".into()))?;
-    let runtimes_path = version.runtimes_table();
-    let Some(table) = super::edit::table_at(doc.as_table(), &runtimes_path) else {
-        return Err(foreign(format!("no `{runtimes_path}` table")));
-    };
-    for (handler, item) in table.iter() {
-        let ours = runtimes.iter().any(|r| {
-            r.handler == handler
-                && item
-                    .as_table_like()
-                    .and_then(|table| r.managed_key.value_in(table))
-                    == Some(r.runtime_path.as_str())
-        });
-        if !ours {
-            return Err(foreign(format!("runtime `{handler}`, which is not ours")));
+        if owned.is_empty() {
+            self.delete_our_backup(host, outcome, &mut owned);
+        }
+        if outcome.after.is_some() {
+            self.owned_files.push(owned);
         }
     }
-    Ok(())
-}
 
-/// Records on an edited file what it was before we first changed it: carried over from the
-/// previous record, or taken now when we own nothing in the file yet and it holds none of our
-/// handler tables (after a lost state file, adopted tables mean nobody knows its pre-us bytes).
-fn remember_original(outcome: &mut FileOutcome, previous: Option<&OwnedFile>) {
-    if outcome.owned.created {
-        return;
-    }
-    outcome.owned.original = match previous {
-        Some(p) if !p.is_empty() => p.original.clone(),
-        _ => outcome
-            .before
-            .clone()
-            .filter(|text| !holds_any_handler(text, &outcome.owned)),
-    };
-}
-
-/// The bytes uninstall writes: the recorded original when it means exactly what removing our
-/// keys produced (nobody else changed the file's content since), else the structured result.
-fn prefer_original(owned: &OwnedFile, removed: String) -> String {
-    match &owned.original {
-        Some(original) if same_document(original, &removed) => original.clone(),
-        _ => removed,
-    }
-}
-
-/// Whether two versions of a file mean the same: equal TOML values (formatting, comments and
-/// key spelling aside).
-fn same_document(a: &str, b: &str) -> bool {
-    match (
-        a.parse::<toml_edit::DocumentMut>(),
-        b.parse::<toml_edit::DocumentMut>(),
+    /// The backup holds the file as it was before our first edit (the recorded original),
+    /// whatever happened since: it is written only where none exists, so drift repair and
+    /// later edits never replace it (nor copy our own tables into it), and a backup lost to an
+    /// interrupted first edit is written again.
+    fn back_up_original(
+        &mut self,
+        host: &dyn HostFs,
+        outcome: &FileOutcome,
+        owned: &mut OwnedFile,
     ) {
-        (Ok(a), Ok(b)) => super::toml_value::same_table(a.as_table(), b.as_table()),
-        _ => false,
-    }
-}
-
-/// Whether `text` contains one of the handler tables of `owned`. Unparsable text counts as
-/// holding them: then no original is recorded.
-fn holds_any_handler(text: &str, owned: &OwnedFile) -> bool {
-    let Ok(doc) = text.parse::<toml_edit::DocumentMut>() else {
-        return true;
-    };
-    owned
-        .handlers
-        .iter()
-        .any(|h| table_at(doc.as_table(), &h.table).is_some())
-}
-
-/// Removes everything a record claims from its file. Drop-ins we created are deleted; a config
-/// file we created is deleted once nothing but its `version` is left in it.
-fn remove_from(host: &dyn HostFs, owned: &OwnedFile) -> Result<FileOutcome, ConfigError> {
-    let path = owned.path.as_path();
-    let before = read_host(host, path)?;
-    let Some(text) = before.clone() else {
-        return Ok(unchanged(path, owned.role.clone(), None));
-    };
-
-    let gone = |before| FileOutcome {
-        path: path.to_path_buf(),
-        role: owned.role.clone(),
-        before,
-        after: None,
-        owned: OwnedFile::new(path, owned.role.clone()),
-    };
-    match &owned.role {
-        FileRole::DropIn { .. } if owned.created => Ok(gone(before)),
-        _ => {
-            let untouched = parse_toml(path, &text)?;
-            let mut doc = untouched.clone();
-            let dirty = remove_owned(&mut doc, owned);
-            if owned.created && only_version_left(&doc) {
-                return Ok(gone(before));
-            }
-            let after = if dirty {
-                render_edit(&text, &untouched, &doc)
-            } else {
-                text.clone()
-            };
-            Ok(finished(path, owned, before, prefer_original(owned, after)))
+        let Some(original) = owned
+            .original
+            .as_ref()
+            .filter(|_| outcome.before.is_some() && !owned.created && !owned.is_empty())
+        else {
+            return;
+        };
+        let destination = suffixed(&outcome.path, BACKUP_SUFFIX);
+        // An unreadable destination counts as present: never overwrite a backup.
+        if !exists_host(host, &destination).unwrap_or(true) {
+            self.backups.push(Backup {
+                source: outcome.path.clone(),
+                destination,
+                content: original.clone(),
+            });
         }
+        owned.backup = true;
     }
-}
 
-fn finished(path: &Path, owned: &OwnedFile, before: Option<String>, after: String) -> FileOutcome {
-    FileOutcome {
-        path: path.to_path_buf(),
-        role: owned.role.clone(),
-        before,
-        after: Some(after),
-        owned: OwnedFile::new(path, owned.role.clone()),
+    /// Nothing of ours is left in the file: its backup goes with us. Without a record of it (a
+    /// lost state file), a backup that means what the file means now is ours.
+    fn delete_our_backup(
+        &mut self,
+        host: &dyn HostFs,
+        outcome: &FileOutcome,
+        owned: &mut OwnedFile,
+    ) {
+        let backup = suffixed(&outcome.path, BACKUP_SUFFIX);
+        if let Ok(Some(content)) = read_host(host, &backup) {
+            let ours = owned.backup
+                || outcome
+                    .after
+                    .as_deref()
+                    .is_some_and(|after| same_document(&content, after));
+            if ours {
+                self.deletes.push(FileDelete {
+                    path: backup,
+                    previous: content,
+                });
+            }
+        }
+        owned.backup = false;
     }
-}
-
-fn unchanged(path: &Path, role: FileRole, before: Option<String>) -> FileOutcome {
-    FileOutcome {
-        path: path.to_path_buf(),
-        role: role.clone(),
-        after: before.clone(),
-        before,
-        owned: OwnedFile::new(path, role),
-    }
-}
-
-/// Whether a document holds nothing besides a top-level `version`.
-fn only_version_left(doc: &DocumentMut) -> bool {
-    doc.as_table().iter().all(|(key, _)| key == "version")
 }
 
 fn suffixed(path: &Path, suffix: &str) -> PathBuf {

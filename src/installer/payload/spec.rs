@@ -10,7 +10,8 @@ use std::time::SystemTime;
 use sha2::{Digest, Sha256};
 
 use crate::desired_shims::{
-    Arch, BIN_DIR_PLACEHOLDER, BinarySource, CONFIG_DIR_PLACEHOLDER, DesiredShim,
+    Arch, BIN_DIR_PLACEHOLDER, Binary, BinarySource, CONFIG_DIR_PLACEHOLDER, DesiredShim,
+    UrlArtifact,
 };
 use crate::installer::digest::{sha256_file, sha256_hex};
 use crate::installer::error::InstallerError;
@@ -142,58 +143,11 @@ pub fn resolve(
                 binary.name
             )));
         }
-        let payload_error = |message: String| InstallerError::Payload {
-            shim: shim.name.clone(),
-            binary: binary.name.clone(),
-            message,
-        };
         let (source, sha256) = match &binary.source {
             BinarySource::Image { image, sha256, .. } => {
-                let staged = staging_dir.join(&shim.name).join(&binary.name);
-                let actual = cache.sha256_of(&staged).map_err(|err| {
-                    payload_error(format!(
-                        "cannot read {} (staged from image {image} by an init container): {err}",
-                        staged.display()
-                    ))
-                })?;
-                if let Some(expected) = sha256.get(&arch) {
-                    let expected = expected.to_ascii_lowercase();
-                    if expected != actual {
-                        return Err(InstallerError::ChecksumMismatch {
-                            shim: shim.name.clone(),
-                            binary: binary.name.clone(),
-                            source_desc: format!("image {image} (staged at {})", staged.display()),
-                            expected,
-                            actual,
-                        });
-                    }
-                }
-                (FileSource::Staged(staged), actual)
+                staged_binary(shim, binary, image, sha256, arch, staging_dir, cache)?
             }
-            BinarySource::Url { artifacts } => {
-                let Some(artifact) = artifacts.get(&arch) else {
-                    return Err(payload_error(format!(
-                        "no download for architecture {} (have: {})",
-                        arch.as_str(),
-                        artifacts
-                            .keys()
-                            .map(|a| a.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )));
-                };
-                if !artifact.url.starts_with("https://") {
-                    return Err(payload_error(format!("URL {} is not https", artifact.url)));
-                }
-                let expected = artifact.sha256.to_ascii_lowercase();
-                if !valid_sha256(&expected) {
-                    return Err(payload_error(format!(
-                        "sha256 {:?} of {} is not 64 hex digits",
-                        artifact.sha256, artifact.url
-                    )));
-                }
-                (FileSource::Url(artifact.url.clone()), expected)
-            }
+            BinarySource::Url { artifacts } => downloaded_binary(shim, binary, artifacts, arch)?,
         };
         files.push(PayloadFile {
             rel: Path::new("bin").join(&binary.name),
@@ -222,8 +176,108 @@ pub fn resolve(
             source: FileSource::Inline(content),
         });
     }
+    let digest = payload_digest(&files);
+    Ok(PayloadSpec {
+        shim: shim.name.clone(),
+        version: shim.version.clone(),
+        dir: format!("{}-{}", shim.version, &digest[..12]),
+        files,
+    })
+}
+
+fn payload_error(shim: &DesiredShim, binary: &Binary, message: String) -> InstallerError {
+    InstallerError::Payload {
+        shim: shim.name.clone(),
+        binary: binary.name.clone(),
+        message,
+    }
+}
+
+/// A binary an init container staged from an image: hashed, and checked when the desired set
+/// gives the digest for `arch`.
+fn staged_binary(
+    shim: &DesiredShim,
+    binary: &Binary,
+    image: &str,
+    sha256: &BTreeMap<Arch, String>,
+    arch: Arch,
+    staging_dir: &Path,
+    cache: &DigestCache,
+) -> Result<(FileSource, String), InstallerError> {
+    let staged = staging_dir.join(&shim.name).join(&binary.name);
+    let actual = cache.sha256_of(&staged).map_err(|err| {
+        payload_error(
+            shim,
+            binary,
+            format!(
+                "cannot read {} (staged from image {image} by an init container): {err}",
+                staged.display()
+            ),
+        )
+    })?;
+    if let Some(expected) = sha256.get(&arch) {
+        let expected = expected.to_ascii_lowercase();
+        if expected != actual {
+            return Err(InstallerError::ChecksumMismatch {
+                shim: shim.name.clone(),
+                binary: binary.name.clone(),
+                source_desc: format!("image {image} (staged at {})", staged.display()),
+                expected,
+                actual,
+            });
+        }
+    }
+    Ok((FileSource::Staged(staged), actual))
+}
+
+/// A binary to download for `arch`: over https, with the sha256 the desired set gives.
+fn downloaded_binary(
+    shim: &DesiredShim,
+    binary: &Binary,
+    artifacts: &BTreeMap<Arch, UrlArtifact>,
+    arch: Arch,
+) -> Result<(FileSource, String), InstallerError> {
+    let Some(artifact) = artifacts.get(&arch) else {
+        return Err(payload_error(
+            shim,
+            binary,
+            format!(
+                "no download for architecture {} (have: {})",
+                arch.as_str(),
+                artifacts
+                    .keys()
+                    .map(|a| a.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    };
+    if !artifact.url.starts_with("https://") {
+        return Err(payload_error(
+            shim,
+            binary,
+            format!("URL {} is not https", artifact.url),
+        ));
+    }
+    let expected = artifact.sha256.to_ascii_lowercase();
+    if !valid_sha256(&expected) {
+        return Err(payload_error(
+            shim,
+            binary,
+            format!(
+                "sha256 {:?} of {} is not 64 hex digits",
+                artifact.sha256, artifact.url
+            ),
+        ));
+    }
+    Ok((FileSource::Url(artifact.url.clone()), expected))
+}
+
+/// The digest of a payload's file list, which names its directory: any change of a file's
+/// content, mode or name gives a new directory.
+fn payload_digest(files: &[PayloadFile]) -> String {
     let mut digest = Sha256::new();
-    for file in &files {
+    for file in files {
         digest.update(format!(
             "{}\t{:o}\t{}\n",
             file.rel.display(),
@@ -231,13 +285,7 @@ pub fn resolve(
             file.sha256
         ));
     }
-    let digest = hex::encode(digest.finalize());
-    Ok(PayloadSpec {
-        shim: shim.name.clone(),
-        version: shim.version.clone(),
-        dir: format!("{}-{}", shim.version, &digest[..12]),
-        files,
-    })
+    hex::encode(digest.finalize())
 }
 
 #[cfg(test)]

@@ -44,9 +44,6 @@ const PATHS: PathStyle<'static> = PathStyle {
     map_fields: &["shims", "versions", "options"],
 };
 
-/// Handlers that belong to the node's own containerd configuration.
-pub const RESERVED_HANDLERS: &[&str] = &["runc", "default"];
-
 /// The runtime type of containerd's own runc shim, which runs the OCI runtime an entry with
 /// `ociRuntime` installs.
 pub const OCI_RUNTIME_SHIM: &str = "io.containerd.runc.v2";
@@ -323,6 +320,25 @@ impl Catalog {
     }
 }
 
+/// The problems found in one catalog entry, each as `<field>: <value> <problem>`.
+struct Problems<'p> {
+    entry: &'p str,
+    problems: &'p mut Vec<String>,
+}
+
+impl Problems<'_> {
+    fn push(&mut self, field: String, value: &str, problem: String) {
+        self.problems
+            .push(format!("{field}: {} {problem}", super::error::quote(value)));
+    }
+
+    /// A problem of `field` of the entry.
+    fn bad(&mut self, field: &str, value: &str, problem: String) {
+        let field = format!("catalog.shims[{}].{field}", self.entry);
+        self.push(field, value, problem);
+    }
+}
+
 impl CatalogEntry {
     /// A new entry from an overlay, which must then give every required field.
     fn new(name: &str, overlay: EntryOverlay) -> Result<CatalogEntry, Vec<String>> {
@@ -403,144 +419,163 @@ impl CatalogEntry {
 
     /// Appends every problem of this entry to `problems`.
     fn check(&self, name: &str, problems: &mut Vec<String>) {
-        let at = |field: &str| format!("catalog.shims[{name}].{field}");
-        let mut bad = |field: String, value: &str, problem: String| {
-            problems.push(format!("{field}: {} {problem}", super::error::quote(value)));
+        let mut found = Problems {
+            entry: name,
+            problems,
         };
         if let Err(p) = syntax::dns1123_label(name) {
-            bad(format!("catalog.shims[{name}]"), name, p);
+            found.push(format!("catalog.shims[{name}]"), name, p);
         }
         if let Err(p) = syntax::runtime_type(&self.runtime_type) {
-            bad(at("runtimeType"), &self.runtime_type, p);
+            found.bad("runtimeType", &self.runtime_type, p);
         }
-        if let Err(p) = handler(&self.handler) {
-            bad(at("handler"), &self.handler, p);
+        if let Err(p) = syntax::handler(&self.handler) {
+            found.bad("handler", &self.handler, p);
         }
         if let Err(p) = syntax::dns1123_subdomain(&self.runtime_class_name) {
-            bad(at("runtimeClassName"), &self.runtime_class_name, p);
+            found.bad("runtimeClassName", &self.runtime_class_name, p);
         }
+        self.check_versions(&mut found);
+        self.check_binaries(&mut found);
+        if self.oci_runtime {
+            self.check_oci_runtime(&mut found);
+        }
+        self.check_options(&mut found);
+        for (i, pattern) in self.pod_annotations.iter().enumerate() {
+            if let Err(p) = syntax::annotation_pattern(pattern) {
+                found.bad(&format!("podAnnotations[{i}]"), pattern, p);
+            }
+        }
+        self.check_config_files(&mut found);
+        if let Some(overhead) = &self.overhead {
+            for (field, value) in [("cpu", &overhead.cpu), ("memory", &overhead.memory)] {
+                if let Some(value) = value
+                    && let Err(p) = syntax::non_negative_quantity(value)
+                {
+                    found.bad(&format!("overhead.{field}"), value, p);
+                }
+            }
+        }
+        if self.architectures.is_empty() {
+            found.bad(
+                "architectures",
+                "",
+                "must list at least one architecture".into(),
+            );
+        }
+    }
+
+    fn check_versions(&self, found: &mut Problems<'_>) {
         if self.versions.is_empty() {
-            bad(at("versions"), "", "must offer at least one version".into());
+            found.bad("versions", "", "must offer at least one version".into());
         }
         if !self.versions.contains_key(&self.default_version) {
-            bad(
-                at("defaultVersion"),
+            found.bad(
+                "defaultVersion",
                 &self.default_version,
                 "is not one of the entry's versions".into(),
             );
         }
         for (version, spec) in &self.versions {
             if let Err(p) = syntax::version(version) {
-                bad(at(&format!("versions[{version}]")), version, p);
+                found.bad(&format!("versions[{version}]"), version, p);
             }
             if spec.image.is_empty() {
-                bad(
-                    at(&format!("versions[{version}].image")),
+                found.bad(
+                    &format!("versions[{version}].image"),
                     &spec.image,
                     "must name an image-vector image".into(),
                 );
             }
         }
+    }
+
+    fn check_binaries(&self, found: &mut Problems<'_>) {
         if self.binaries.is_empty() {
-            bad(at("binaries"), "", "must list at least one binary".into());
+            found.bad("binaries", "", "must list at least one binary".into());
         }
         let mut seen = Vec::new();
         for (i, binary) in self.binaries.iter().enumerate() {
             if let Err(p) = syntax::file_name(&binary.name) {
-                bad(at(&format!("binaries[{i}].name")), &binary.name, p);
+                found.bad(&format!("binaries[{i}].name"), &binary.name, p);
             }
             if seen.contains(&binary.name.as_str()) {
-                bad(
-                    at(&format!("binaries[{i}].name")),
+                found.bad(
+                    &format!("binaries[{i}].name"),
                     &binary.name,
                     "is listed twice".into(),
                 );
             }
             seen.push(&binary.name);
             if let Err(p) = syntax::absolute_path(&binary.path) {
-                bad(at(&format!("binaries[{i}].path")), &binary.path, p);
+                found.bad(&format!("binaries[{i}].path"), &binary.path, p);
             }
         }
-        if self.oci_runtime {
-            // containerd's runc shim is the one that takes `BinaryName`, and the installer
-            // writes that option itself.
-            if self.runtime_type != OCI_RUNTIME_SHIM {
-                bad(
-                    at("runtimeType"),
-                    &self.runtime_type,
-                    format!("must be {OCI_RUNTIME_SHIM} for an OCI runtime (ociRuntime: true)"),
-                );
-            }
-            if self.options.contains_key("BinaryName") {
-                bad(
-                    at("options[BinaryName]"),
-                    "BinaryName",
-                    "is written by the installer for an OCI runtime (the first binary's path)"
-                        .into(),
-                );
-            }
+    }
+
+    /// containerd's runc shim is the one that takes `BinaryName`, and the installer writes
+    /// that option itself.
+    fn check_oci_runtime(&self, found: &mut Problems<'_>) {
+        if self.runtime_type != OCI_RUNTIME_SHIM {
+            found.bad(
+                "runtimeType",
+                &self.runtime_type,
+                format!("must be {OCI_RUNTIME_SHIM} for an OCI runtime (ociRuntime: true)"),
+            );
         }
+        if self.options.contains_key("BinaryName") {
+            found.bad(
+                "options[BinaryName]",
+                "BinaryName",
+                "is written by the installer for an OCI runtime (the first binary's path)".into(),
+            );
+        }
+    }
+
+    fn check_options(&self, found: &mut Problems<'_>) {
         for (key, spec) in &self.options {
-            let field = at(&format!("options[{key}]"));
+            let field = format!("options[{key}]");
             if let Err(p) = syntax::option_key(key) {
-                bad(field.clone(), key, p);
+                found.bad(&field, key, p);
             }
             match &spec.default {
-                Some(value) if !spec.kind.matches(value) => bad(
-                    field.clone(),
+                Some(value) if !spec.kind.matches(value) => found.bad(
+                    &field,
                     key,
                     format!("has a default that is not {}", spec.kind.noun()),
                 ),
                 Some(OptionValue::String(s)) => {
                     if let Err(p) = syntax::option_string(s) {
-                        bad(field.clone(), s, p);
+                        found.bad(&field, s, p);
                     }
                 }
-                None if spec.fixed => bad(field.clone(), key, "is fixed but has no default".into()),
+                None if spec.fixed => found.bad(&field, key, "is fixed but has no default".into()),
                 _ => {}
             }
         }
-        for (i, pattern) in self.pod_annotations.iter().enumerate() {
-            if let Err(p) = syntax::annotation_pattern(pattern) {
-                bad(at(&format!("podAnnotations[{i}]")), pattern, p);
-            }
-        }
+    }
+
+    fn check_config_files(&self, found: &mut Problems<'_>) {
         let mut seen = Vec::new();
         for (i, file) in self.config_files.iter().enumerate() {
             if let Err(p) = syntax::file_name(&file.name) {
-                bad(at(&format!("configFiles[{i}].name")), &file.name, p);
+                found.bad(&format!("configFiles[{i}].name"), &file.name, p);
             }
             if seen.contains(&file.name.as_str()) {
-                bad(
-                    at(&format!("configFiles[{i}].name")),
+                found.bad(
+                    &format!("configFiles[{i}].name"),
                     &file.name,
                     "is listed twice".into(),
                 );
             }
             seen.push(&file.name);
             if file.content.len() > 64 * 1024 {
-                bad(
-                    at(&format!("configFiles[{i}].content")),
+                found.bad(
+                    &format!("configFiles[{i}].content"),
                     &file.name,
                     "has more than 64 KiB of content".into(),
                 );
             }
-        }
-        if let Some(overhead) = &self.overhead {
-            for (field, value) in [("cpu", &overhead.cpu), ("memory", &overhead.memory)] {
-                if let Some(value) = value
-                    && let Err(p) = syntax::non_negative_quantity(value)
-                {
-                    bad(at(&format!("overhead.{field}")), value, p);
-                }
-            }
-        }
-        if self.architectures.is_empty() {
-            bad(
-                at("architectures"),
-                "",
-                "must list at least one architecture".into(),
-            );
         }
     }
 
@@ -557,15 +592,6 @@ impl CatalogEntry {
             .map(|(key, _)| key.as_str())
             .collect()
     }
-}
-
-/// A containerd handler name: a DNS-1123 label that is not one of the node's own runtimes.
-pub fn handler(s: &str) -> Result<(), String> {
-    syntax::dns1123_label(s)?;
-    if RESERVED_HANDLERS.contains(&s) {
-        return Err("is reserved for the node's default runtime".into());
-    }
-    Ok(())
 }
 
 #[cfg(test)]

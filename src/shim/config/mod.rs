@@ -16,6 +16,7 @@
 pub mod admission;
 pub mod catalog;
 pub mod custom_policy;
+mod custom_shim;
 pub mod decode;
 pub mod desired;
 pub mod error;
@@ -26,6 +27,7 @@ pub mod schema;
 pub mod syntax;
 pub mod types;
 pub mod validate;
+pub mod validated;
 
 #[cfg(test)]
 mod bad_configs_test;

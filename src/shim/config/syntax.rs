@@ -411,6 +411,18 @@ pub fn option_string(s: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Handlers that belong to the node's own containerd configuration.
+pub const RESERVED_HANDLERS: &[&str] = &["runc", "default"];
+
+/// A containerd handler name: a DNS-1123 label that is not one of the node's own runtimes.
+pub fn handler(s: &str) -> Result<(), String> {
+    dns1123_label(s)?;
+    if RESERVED_HANDLERS.contains(&s) {
+        return Err("is reserved for the node's default runtime".into());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,114 +4,31 @@
 //! Validation never stops at the first problem: a shoot owner sees everything that is wrong in
 //! one `lastError`, each problem with its field path and value.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1 as core;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::admission::{self, PolicyApi};
-use super::catalog::{self, Catalog, CatalogEntry};
-use super::custom_policy::CustomShimPolicy;
+use super::admission;
+use super::catalog::{Catalog, CatalogEntry};
+pub use super::custom_shim::MAX_BINARIES;
+use super::custom_shim::{custom_binaries, validate_custom_header};
 use super::error::{ConfigError, FieldError, FieldPath, quote};
 use super::pools::{self, SelectedPool};
 use super::scheduling;
 use super::syntax;
 use super::types::{self, ContainerdShimConfig, CustomShim, Shim};
-use crate::desired_shims::{self, Arch, ConfigFile, OptionValue, UrlArtifact};
+pub use super::validated::{
+    ShimOrigin, ValidatedBinary, ValidatedConfig, ValidatedRollout, ValidatedShim, ValidatedSource,
+};
+use crate::desired_shims::{ConfigFile, OptionValue};
 use crate::gardener::api::cluster::Shoot;
 
 /// Most shims in one providerConfig.
 pub const MAX_SHIMS: usize = 16;
-/// Most binaries of one custom shim.
-pub const MAX_BINARIES: usize = 8;
 /// Most runtime options of one shim.
 pub const MAX_OPTIONS: usize = 32;
 /// Upper bound of `rollout.maxConcurrentRestarts` (each slot is a Lease in the shoot).
 pub const MAX_CONCURRENT_RESTARTS: u32 = 100;
-
-/// containerd's own runc runtime types; a custom shim must bring its own runtime type.
-const BUILTIN_RUNTIME_TYPES: &[&str] = &["io.containerd.runc.v1", "io.containerd.runc.v2"];
-
-/// A providerConfig that passed validation, with defaults applied.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ValidatedConfig {
-    /// The shims, sorted by name.
-    pub shims: Vec<ValidatedShim>,
-    pub rollout: ValidatedRollout,
-    /// The Shoot's Kubernetes version: the image vector's target version.
-    pub kubernetes_version: Option<String>,
-    /// The admission-policy API that confines the installer on this Shoot.
-    pub policy_api: PolicyApi,
-}
-
-/// Rollout settings with defaults applied.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ValidatedRollout {
-    pub max_concurrent_restarts: u32,
-    /// The installer DaemonSet's `rollingUpdate.maxUnavailable`.
-    pub max_unavailable: IntOrString,
-}
-
-/// One shim, fully resolved.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ValidatedShim {
-    pub name: String,
-    pub origin: ShimOrigin,
-    /// containerd handler and `RuntimeClass.handler`.
-    pub handler: String,
-    pub runtime_class_name: String,
-    pub runtime_type: String,
-    pub version: String,
-    /// The shim binary first (or the OCI runtime, with `oci_runtime`).
-    pub binaries: Vec<ValidatedBinary>,
-    pub oci_runtime: bool,
-    pub options: BTreeMap<String, OptionValue>,
-    pub pod_annotations: Vec<String>,
-    pub privileged_without_host_devices: bool,
-    pub config_files: Vec<ConfigFile>,
-    /// `RuntimeClass.overhead.podFixed`; empty for none.
-    pub overhead: BTreeMap<String, Quantity>,
-    /// `RuntimeClass.scheduling.tolerations`.
-    pub tolerations: Vec<core::Toleration>,
-    /// The selected worker pools, sorted; never empty.
-    pub worker_pools: Vec<String>,
-    /// The shoot owner's extra node selector.
-    pub node_selector: BTreeMap<String, String>,
-    /// The node architectures of the selected pools.
-    pub architectures: BTreeSet<Arch>,
-}
-
-/// Where a shim's definition came from.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ShimOrigin {
-    Catalog { entry: String },
-    Custom,
-}
-
-/// A binary and its source.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ValidatedBinary {
-    pub name: String,
-    pub source: ValidatedSource,
-}
-
-/// Where a binary comes from, before image-vector resolution.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ValidatedSource {
-    /// A catalog image, by image-vector name; resolved when the desired set is built.
-    CatalogImage { image_name: String, path: String },
-    /// A shoot owner's image reference.
-    Image {
-        image: String,
-        path: String,
-        sha256: BTreeMap<Arch, String>,
-    },
-    /// Downloads per architecture.
-    Url {
-        artifacts: BTreeMap<Arch, UrlArtifact>,
-    },
-}
 
 /// Validates `config` against the catalog and the Shoot's worker pools.
 pub fn validate(
@@ -232,13 +149,65 @@ fn validate_shim(
     let rc_path = path.child("runtimeClass");
     let tolerations =
         scheduling::tolerations(&rc.tolerations, &rc_path.child("tolerations"), errors);
+    check_runtime_class_names(&rc, &rc_path, errors);
+    let source = source?;
+
+    let (handler, runtime_class_name) = handler_and_class(shim, &rc, &source, path, errors);
+    let options = options(shim, &source, &path.child("options"), errors);
+    let architectures = pools::architectures(&pools);
+    let (default_overhead, default_annotations): (_, &[String]) = match &source {
+        Source::Catalog { entry, .. } => (entry.overhead.as_ref(), &entry.pod_annotations),
+        Source::Custom(_) => (None, &[]),
+    };
+    let overhead = scheduling::overhead(
+        rc.overhead.as_ref(),
+        default_overhead,
+        &rc_path.child("overhead"),
+        errors,
+    );
+    let pod_annotations = scheduling::pod_annotations(
+        shim.pod_annotations.as_deref(),
+        default_annotations,
+        &path.child("podAnnotations"),
+        errors,
+    );
+
+    let definition = definition(source, path, &pools, catalog, errors);
+    let validated = ValidatedShim {
+        name: shim.name.clone(),
+        origin: definition.origin,
+        handler,
+        runtime_class_name,
+        runtime_type: definition.runtime_type,
+        version: definition.version,
+        binaries: definition.binaries,
+        oci_runtime: definition.oci_runtime,
+        options,
+        pod_annotations,
+        privileged_without_host_devices: definition.privileged_without_host_devices,
+        config_files: definition.config_files,
+        overhead,
+        tolerations,
+        worker_pools: sorted_pool_names(&pools),
+        node_selector,
+        architectures,
+    };
+    (errors.len() == before).then_some(validated)
+}
+
+/// The shoot owner's own `runtimeClass.name` and `.handler` must be valid names.
+fn check_runtime_class_names(
+    rc: &types::RuntimeClass,
+    rc_path: &FieldPath,
+    errors: &mut Vec<FieldError>,
+) {
     if let Some(name) = &rc.name
         && let Err(problem) = syntax::dns1123_subdomain(name)
     {
         errors.push(FieldError::invalid(&rc_path.child("name"), name, problem));
     }
     if let Some(handler) = &rc.handler
-        && let Err(problem) = catalog::handler(handler)
+        && let Err(problem) = syntax::handler(handler)
     {
         errors.push(FieldError::invalid(
             &rc_path.child("handler"),
@@ -246,16 +215,24 @@ fn validate_shim(
             problem,
         ));
     }
-    let source = source?;
+}
 
-    let (default_handler, default_class) = match &source {
+/// The containerd handler and RuntimeClass name: the shoot owner's, else the definition's.
+fn handler_and_class(
+    shim: &Shim,
+    rc: &types::RuntimeClass,
+    source: &Source<'_>,
+    path: &FieldPath,
+    errors: &mut Vec<FieldError>,
+) -> (String, String) {
+    let (default_handler, default_class) = match source {
         Source::Catalog { entry, .. } => (entry.handler.clone(), entry.runtime_class_name.clone()),
         Source::Custom(_) => (shim.name.clone(), shim.name.clone()),
     };
     let handler = rc.handler.clone().unwrap_or(default_handler);
     if rc.handler.is_none()
         && matches!(source, Source::Custom(_))
-        && let Err(problem) = catalog::handler(&handler)
+        && let Err(problem) = syntax::handler(&handler)
     {
         errors.push(FieldError::invalid(
             &path.child("name"),
@@ -266,106 +243,98 @@ fn validate_shim(
         ));
     }
     let runtime_class_name = rc.name.clone().unwrap_or(default_class);
+    (handler, runtime_class_name)
+}
 
-    let options = options(shim, &source, &path.child("options"), errors);
-    let architectures = pools::architectures(&pools);
-    let overhead = scheduling::overhead(
-        rc.overhead.as_ref(),
-        match &source {
-            Source::Catalog { entry, .. } => entry.overhead.as_ref(),
-            Source::Custom(_) => None,
-        },
-        &rc_path.child("overhead"),
-        errors,
-    );
-    let default_annotations: &[String] = match &source {
-        Source::Catalog { entry, .. } => &entry.pod_annotations,
-        Source::Custom(_) => &[],
-    };
-    let pod_annotations = scheduling::pod_annotations(
-        shim.pod_annotations.as_deref(),
-        default_annotations,
-        &path.child("podAnnotations"),
-        errors,
-    );
+/// What a shim's definition (a catalog entry or a custom shim) decides about it.
+struct Definition {
+    origin: ShimOrigin,
+    runtime_type: String,
+    version: String,
+    binaries: Vec<ValidatedBinary>,
+    oci_runtime: bool,
+    privileged_without_host_devices: bool,
+    config_files: Vec<ConfigFile>,
+}
 
-    let validated = match source {
+fn definition(
+    source: Source<'_>,
+    path: &FieldPath,
+    pools: &[SelectedPool],
+    catalog: &Catalog,
+    errors: &mut Vec<FieldError>,
+) -> Definition {
+    match source {
         Source::Catalog {
             entry_name,
             entry,
             version,
-        } => {
-            check_catalog_architectures(entry_name, entry, &pools, errors);
-            let image_name = entry
-                .versions
-                .get(&version)
-                .map(|v| v.image.clone())
-                .unwrap_or_default();
-            ValidatedShim {
-                name: shim.name.clone(),
-                origin: ShimOrigin::Catalog {
-                    entry: entry_name.to_owned(),
-                },
-                handler,
-                runtime_class_name,
-                runtime_type: entry.runtime_type.clone(),
-                version,
-                binaries: entry
-                    .binaries
-                    .iter()
-                    .map(|b| ValidatedBinary {
-                        name: b.name.clone(),
-                        source: ValidatedSource::CatalogImage {
-                            image_name: image_name.clone(),
-                            path: b.path.clone(),
-                        },
-                    })
-                    .collect(),
-                oci_runtime: entry.oci_runtime,
-                options,
-                pod_annotations,
-                privileged_without_host_devices: entry.privileged_without_host_devices,
-                config_files: entry
-                    .config_files
-                    .iter()
-                    .map(|f| ConfigFile {
-                        name: f.name.clone(),
-                        content: f.content.clone(),
-                    })
-                    .collect(),
-                overhead,
-                tolerations,
-                worker_pools: sorted_pool_names(&pools),
-                node_selector,
-                architectures,
-            }
-        }
+        } => catalog_definition(entry_name, entry, version, pools, errors),
         Source::Custom(custom) => {
-            let custom_path = path.child("custom");
-            let binaries =
-                custom_binaries(custom, &custom_path, &pools, &catalog.custom_shims, errors);
-            ValidatedShim {
-                name: shim.name.clone(),
-                origin: ShimOrigin::Custom,
-                handler,
-                runtime_class_name,
-                runtime_type: custom.runtime_type.clone(),
-                version: custom.version.clone(),
-                binaries,
-                oci_runtime: false,
-                options,
-                pod_annotations,
-                privileged_without_host_devices: custom.privileged_without_host_devices,
-                config_files: Vec::new(),
-                overhead,
-                tolerations,
-                worker_pools: sorted_pool_names(&pools),
-                node_selector,
-                architectures,
-            }
+            custom_definition(custom, &path.child("custom"), pools, catalog, errors)
         }
-    };
-    (errors.len() == before).then_some(validated)
+    }
+}
+
+fn catalog_definition(
+    entry_name: &str,
+    entry: &CatalogEntry,
+    version: String,
+    pools: &[SelectedPool],
+    errors: &mut Vec<FieldError>,
+) -> Definition {
+    check_catalog_architectures(entry_name, entry, pools, errors);
+    let image_name = entry
+        .versions
+        .get(&version)
+        .map(|v| v.image.clone())
+        .unwrap_or_default();
+    Definition {
+        origin: ShimOrigin::Catalog {
+            entry: entry_name.to_owned(),
+        },
+        runtime_type: entry.runtime_type.clone(),
+        version,
+        binaries: entry
+            .binaries
+            .iter()
+            .map(|b| ValidatedBinary {
+                name: b.name.clone(),
+                source: ValidatedSource::CatalogImage {
+                    image_name: image_name.clone(),
+                    path: b.path.clone(),
+                },
+            })
+            .collect(),
+        oci_runtime: entry.oci_runtime,
+        privileged_without_host_devices: entry.privileged_without_host_devices,
+        config_files: entry
+            .config_files
+            .iter()
+            .map(|f| ConfigFile {
+                name: f.name.clone(),
+                content: f.content.clone(),
+            })
+            .collect(),
+    }
+}
+
+fn custom_definition(
+    custom: &CustomShim,
+    custom_path: &FieldPath,
+    pools: &[SelectedPool],
+    catalog: &Catalog,
+    errors: &mut Vec<FieldError>,
+) -> Definition {
+    Definition {
+        origin: ShimOrigin::Custom,
+        runtime_type: custom.runtime_type.clone(),
+        version: custom.version.clone(),
+        binaries: custom_binaries(custom, custom_path, pools, &catalog.custom_shims, errors),
+        oci_runtime: false,
+        privileged_without_host_devices: custom.privileged_without_host_devices,
+        config_files: Vec::new(),
+    }
 }
 
 fn sorted_pool_names(pools: &[SelectedPool]) -> Vec<String> {
@@ -448,195 +417,6 @@ fn resolve_source<'a>(
     }
 }
 
-/// `runtimeType` and `version` of a custom shim.
-fn validate_custom_header(custom: &CustomShim, path: &FieldPath, errors: &mut Vec<FieldError>) {
-    let at = path.child("runtimeType");
-    if let Err(problem) = syntax::runtime_type(&custom.runtime_type) {
-        errors.push(FieldError::invalid(&at, &custom.runtime_type, problem));
-    } else if BUILTIN_RUNTIME_TYPES.contains(&custom.runtime_type.as_str()) {
-        errors.push(FieldError::invalid(
-            &at,
-            &custom.runtime_type,
-            "is containerd's built-in runc runtime; a custom shim needs its own runtime type",
-        ));
-    }
-    if let Err(problem) = syntax::version(&custom.version) {
-        errors.push(FieldError::invalid(
-            &path.child("version"),
-            &custom.version,
-            problem,
-        ));
-    }
-}
-
-/// The binaries of a custom shim, checked against the architectures of the selected pools.
-fn custom_binaries(
-    custom: &CustomShim,
-    path: &FieldPath,
-    pools: &[SelectedPool],
-    policy: &CustomShimPolicy,
-    errors: &mut Vec<FieldError>,
-) -> Vec<ValidatedBinary> {
-    let list = path.child("binaries");
-    if custom.binaries.is_empty() {
-        errors.push(FieldError::new(
-            &list,
-            "[] must list at least one binary (the shim first)",
-        ));
-    }
-    if custom.binaries.len() > MAX_BINARIES {
-        errors.push(FieldError::new(
-            &list,
-            format!(
-                "{} entries exceed the limit of {MAX_BINARIES}",
-                custom.binaries.len()
-            ),
-        ));
-    }
-    let mut out = Vec::new();
-    for (j, binary) in custom.binaries.iter().enumerate() {
-        let at = list.index(j);
-        if let Err(problem) = syntax::file_name(&binary.name) {
-            errors.push(FieldError::invalid(
-                &at.child("name"),
-                &binary.name,
-                problem,
-            ));
-        } else if custom.binaries[..j].iter().any(|b| b.name == binary.name) {
-            errors.push(FieldError::invalid(
-                &at.child("name"),
-                &binary.name,
-                "is listed twice",
-            ));
-        }
-        let source = match (&binary.image, &binary.url) {
-            (Some(_), Some(_)) => {
-                errors.push(FieldError::new(&at, "sets both image and url; choose one"));
-                None
-            }
-            (None, None) => {
-                errors.push(FieldError::new(
-                    &at,
-                    "sets neither image nor url; choose one",
-                ));
-                None
-            }
-            (Some(image), None) => image_source(image, &at.child("image"), policy, errors),
-            (None, Some(url)) => url_source(url, &at.child("url"), pools, policy, errors),
-        };
-        if let Some(source) = source {
-            out.push(ValidatedBinary {
-                name: binary.name.clone(),
-                source,
-            });
-        }
-    }
-    out
-}
-
-fn image_source(
-    image: &types::ImageFile,
-    path: &FieldPath,
-    policy: &CustomShimPolicy,
-    errors: &mut Vec<FieldError>,
-) -> Option<ValidatedSource> {
-    let before = errors.len();
-    if let Err(problem) = syntax::image_reference(&image.reference)
-        .and_then(|()| policy.check_image(&image.reference))
-    {
-        errors.push(FieldError::invalid(
-            &path.child("ref"),
-            &image.reference,
-            problem,
-        ));
-    }
-    if let Err(problem) = syntax::absolute_path(&image.path) {
-        errors.push(FieldError::invalid(
-            &path.child("path"),
-            &image.path,
-            problem,
-        ));
-    }
-    let mut sha256 = BTreeMap::new();
-    let digests = image.sha256.clone().unwrap_or_default();
-    for (arch, digest) in [(Arch::Amd64, &digests.amd64), (Arch::Arm64, &digests.arm64)] {
-        let Some(digest) = digest else { continue };
-        match syntax::sha256_hex(digest) {
-            Ok(()) => {
-                sha256.insert(arch, digest.clone());
-            }
-            Err(problem) => errors.push(FieldError::invalid(
-                &path.child("sha256").child(arch.as_str()),
-                digest,
-                problem,
-            )),
-        }
-    }
-    (errors.len() == before).then(|| ValidatedSource::Image {
-        image: image.reference.clone(),
-        path: image.path.clone(),
-        sha256,
-    })
-}
-
-fn url_source(
-    url: &types::UrlFile,
-    path: &FieldPath,
-    pools: &[SelectedPool],
-    policy: &CustomShimPolicy,
-    errors: &mut Vec<FieldError>,
-) -> Option<ValidatedSource> {
-    let before = errors.len();
-    let mut artifacts = BTreeMap::new();
-    for (arch, artifact) in [(Arch::Amd64, &url.amd64), (Arch::Arm64, &url.arm64)] {
-        let Some(artifact) = artifact else { continue };
-        let at = path.child(arch.as_str());
-        if let Err(problem) =
-            syntax::https_url(&artifact.url).and_then(|()| policy.check_url(&artifact.url))
-        {
-            errors.push(FieldError::invalid(
-                &at.child("url"),
-                &artifact.url,
-                problem,
-            ));
-        }
-        if let Err(problem) = syntax::sha256_hex(&artifact.sha256) {
-            errors.push(FieldError::invalid(
-                &at.child("sha256"),
-                &artifact.sha256,
-                problem,
-            ));
-        }
-        artifacts.insert(
-            arch,
-            UrlArtifact {
-                url: artifact.url.clone(),
-                sha256: artifact.sha256.clone(),
-            },
-        );
-    }
-    if artifacts.is_empty() {
-        errors.push(FieldError::new(
-            path,
-            "{} must give a download for at least one architecture (amd64, arm64)",
-        ));
-    }
-    for pool in pools {
-        if !artifacts.is_empty() && !artifacts.contains_key(&pool.arch) {
-            errors.push(FieldError::new(
-                path,
-                format!(
-                    "has no {} download, but worker pool {} runs {}",
-                    pool.arch.as_str(),
-                    quote(&pool.name),
-                    pool.arch.as_str()
-                ),
-            ));
-        }
-    }
-    (errors.len() == before).then_some(ValidatedSource::Url { artifacts })
-}
-
 /// Catalog entries list the architectures their images have binaries for.
 fn check_catalog_architectures(
     entry_name: &str,
@@ -692,39 +472,8 @@ fn options(
             Source::Catalog {
                 entry_name, entry, ..
             } => {
-                let Some(spec) = entry.options.get(key) else {
-                    let settable = entry.settable_options();
-                    errors.push(FieldError::invalid(
-                        &at,
-                        key,
-                        format!(
-                            "is not an option of catalog shim {} (settable: {})",
-                            quote(entry_name),
-                            if settable.is_empty() {
-                                "none".to_owned()
-                            } else {
-                                settable.join(", ")
-                            }
-                        ),
-                    ));
-                    continue;
-                };
-                if spec.fixed {
-                    errors.push(FieldError::invalid(
-                        &at,
-                        key,
-                        format!(
-                            "is set by the catalog for {} and cannot be changed",
-                            quote(entry_name)
-                        ),
-                    ));
-                    continue;
-                }
-                if !spec.kind.matches(value) {
-                    errors.push(FieldError::new(
-                        &at,
-                        format!("{} must be {}", render(value), spec.kind.noun()),
-                    ));
+                if let Err(error) = check_catalog_option(entry_name, entry, key, value, &at) {
+                    errors.push(error);
                     continue;
                 }
             }
@@ -744,6 +493,50 @@ fn options(
         out.insert(key.clone(), to_desired(value));
     }
     out
+}
+
+/// A shoot owner may set a catalog shim's option only if the entry offers it, does not fix
+/// it, and the value has the option's type.
+fn check_catalog_option(
+    entry_name: &str,
+    entry: &CatalogEntry,
+    key: &str,
+    value: &types::OptionValue,
+    at: &FieldPath,
+) -> Result<(), FieldError> {
+    let Some(spec) = entry.options.get(key) else {
+        let settable = entry.settable_options();
+        return Err(FieldError::invalid(
+            at,
+            key,
+            format!(
+                "is not an option of catalog shim {} (settable: {})",
+                quote(entry_name),
+                if settable.is_empty() {
+                    "none".to_owned()
+                } else {
+                    settable.join(", ")
+                }
+            ),
+        ));
+    };
+    if spec.fixed {
+        return Err(FieldError::invalid(
+            at,
+            key,
+            format!(
+                "is set by the catalog for {} and cannot be changed",
+                quote(entry_name)
+            ),
+        ));
+    }
+    if !spec.kind.matches(value) {
+        return Err(FieldError::new(
+            at,
+            format!("{} must be {}", render(value), spec.kind.noun()),
+        ));
+    }
+    Ok(())
 }
 
 fn to_desired(value: &types::OptionValue) -> OptionValue {
@@ -800,19 +593,5 @@ fn validate_rollout(
     ValidatedRollout {
         max_concurrent_restarts,
         max_unavailable,
-    }
-}
-
-impl ValidatedConfig {
-    /// The shim with this name.
-    pub fn shim(&self, name: &str) -> Option<&ValidatedShim> {
-        self.shims.iter().find(|s| s.name == name)
-    }
-
-    /// The desired-set rollout.
-    pub fn desired_rollout(&self) -> desired_shims::Rollout {
-        desired_shims::Rollout {
-            max_concurrent_restarts: self.rollout.max_concurrent_restarts,
-        }
     }
 }

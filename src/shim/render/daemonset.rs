@@ -394,6 +394,7 @@ pub fn desired_hash(desired_json: &str) -> String {
     hex::encode(Sha256::digest(desired_json.as_bytes()))
 }
 
+// Stays long: mostly one DaemonSet literal, kept whole so it reads like the manifest it renders.
 pub fn daemon_set(input: &DaemonSetInput<'_>) -> DaemonSet {
     let mut template_labels = names::labels("installer");
     template_labels.extend(names::selector(input.pool));
