@@ -186,6 +186,8 @@ fn push_field(at: &mut Vec<Segment>, field: Option<String>) {
     }
 }
 
+// Long: one match arm per error variant of serde-saphyr, each a line or two; split up, the
+// arms would only move apart from the variants they translate.
 fn yaml_problem(
     err: &serde_saphyr::Error,
     text: &str,
