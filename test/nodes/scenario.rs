@@ -212,40 +212,17 @@ impl Scenario {
         runtime_class: Option<&str>,
         script: &str,
     ) -> String {
-        let name = support::unique_name(&format!(
-            "{}-{}",
-            runtime_class.unwrap_or("runc"),
-            node.name
-        ));
-        let pod: Pod = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": self.workloads},
-            "spec": {
-                "runtimeClassName": runtime_class,
-                "nodeSelector": {"kubernetes.io/hostname": node.name},
-                "automountServiceAccountToken": false,
-                "terminationGracePeriodSeconds": 1,
-                "containers": [{"name": "main", "image": self.nodes.image("WORKLOAD_IMAGE"),
-                                "imagePullPolicy": "IfNotPresent",
-                                "command": ["sh", "-c", script]}]
-            }
-        }))
-        .expect("pod");
-        let pods: Api<Pod> = Api::namespaced(self.c.shoot.clone(), &self.workloads);
-        // The namespace's default ServiceAccount comes from the controller-manager a moment
-        // after the namespace; admission refuses the pod until then.
-        poll::until(
-            &format!("pod {name} created"),
-            poll::DEFAULT_TIMEOUT,
-            || async {
-                match pods.create(&PostParams::default(), &pod).await {
-                    Ok(_) => Ok(()),
-                    Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-                    Err(e) => Err(e.to_string()),
-                }
-            },
-        )
-        .await;
+        let spec = json!({
+            "runtimeClassName": runtime_class,
+            // The API server's default, written out so that create_pod keeps it.
+            "restartPolicy": "Always",
+            "containers": [{"name": "main", "image": self.nodes.image("WORKLOAD_IMAGE"),
+                            "imagePullPolicy": "IfNotPresent",
+                            "command": ["sh", "-c", script]}]
+        });
+        let name = self
+            .create_pod(node, runtime_class.unwrap_or("runc"), spec)
+            .await;
         self.wait_pod_running(&name).await;
         name
     }
@@ -268,6 +245,8 @@ impl Scenario {
         }))
         .expect("pod");
         let pods: Api<Pod> = Api::namespaced(self.c.shoot.clone(), &self.workloads);
+        // The namespace's default ServiceAccount comes from the controller-manager a moment
+        // after the namespace; admission refuses the pod until then.
         poll::until(
             &format!("pod {name} created"),
             poll::DEFAULT_TIMEOUT,
