@@ -38,7 +38,7 @@ use crate::desired_shims::{DesiredShims, READY_LABEL_VALUE};
 
 use super::cluster::Cluster;
 use super::error::InstallerError;
-use super::host::Host;
+use super::host::{Host, is_temp_sibling};
 use super::payload::{DigestCache, Downloader, Layout};
 use super::plan::{Step, mutates, plan};
 use super::state::State;
@@ -138,6 +138,27 @@ impl<C: Cluster> Installer<C> {
         self.settings.layout.state_file()
     }
 
+    /// Temporary files of state writes a killed run never renamed: nothing reads them, and
+    /// they would keep the state directory from going away with the last shim.
+    fn remove_stale_state_writes(&self) -> Result<(), InstallerError> {
+        let path = self.state_path();
+        let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str()))
+        else {
+            return Ok(());
+        };
+        let entries = self
+            .host
+            .list_dir(dir)
+            .map_err(|err| InstallerError::host("list", dir, err))?;
+        for entry in entries.iter().filter(|e| is_temp_sibling(e, name)) {
+            let stale = dir.join(entry);
+            self.host
+                .remove_file(&stale)
+                .map_err(|err| InstallerError::host("remove", &stale, err))?;
+        }
+        Ok(())
+    }
+
     fn store(&mut self, state: &State) -> Result<(), InstallerError> {
         state.store(&*self.host, &self.state_path())?;
         self.checkpoint()
@@ -153,6 +174,7 @@ impl<C: Cluster> Installer<C> {
         if run.failed_before() {
             return self.report_failure(run).await;
         }
+        self.remove_stale_state_writes()?;
 
         let facts = self.gather(&run)?;
         let input = self.plan_input(&run, &facts)?;

@@ -23,7 +23,7 @@ use crate::installer::containerd::{DumpOutput, ExpectedRuntime, HostFs};
 
 pub use error::HostError;
 pub use node_host::{NodeHost, NodeHostConfig};
-pub use rooted::{RootedFs, temp_sibling};
+pub use rooted::{RootedFs, is_temp_sibling, temp_sibling};
 pub use test_host::{HostEvent, ScriptedOutcome, TestHost};
 
 /// What kind of thing is at a path (symlinks are not followed).

@@ -251,6 +251,15 @@ pub fn temp_sibling(path: &Path) -> PathBuf {
     path.with_file_name(unique)
 }
 
+/// Whether `entry` (a file name) is a [`temp_sibling`] of a file named `name`: what a process
+/// killed between writing and renaming leaves behind.
+pub fn is_temp_sibling(entry: &str, name: &str) -> bool {
+    entry
+        .strip_prefix('.')
+        .and_then(|rest| rest.strip_prefix(name))
+        .is_some_and(|rest| rest.starts_with(".tmp-"))
+}
+
 pub(crate) fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(suffix);
@@ -272,6 +281,15 @@ fn sync_parent(path: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn temp_siblings_are_recognised() {
+        let temp = temp_sibling(Path::new("/var/lib/x/state.json"));
+        let name = temp.file_name().unwrap().to_str().unwrap();
+        assert!(is_temp_sibling(name, "state.json"));
+        assert!(!is_temp_sibling("state.json", "state.json"));
+        assert!(!is_temp_sibling(name, "other.json"));
+    }
 
     #[test]
     fn writes_atomically_and_swaps_symlinks() {
