@@ -187,16 +187,14 @@ impl ShimActuator {
         current: Option<ManagedResource>,
         data: &SecretData,
     ) -> Result<bool, ShimError> {
-        Ok(managed_resource::create_or_update_for_shoot_from(
-            &self.client,
-            current,
-            namespace,
-            MANAGED_RESOURCE,
-            ORIGIN,
-            false,
-            data,
-        )
-        .await?)
+        let bundle = shoot_bundle(namespace, data);
+        Ok(managed_resource::update_shoot_bundle(&self.client, current, &bundle).await?)
+    }
+
+    /// Creates the bundle where the cache holds no ManagedResource; `false` when one exists.
+    async fn create(&self, namespace: &str, data: &SecretData) -> Result<bool, ShimError> {
+        let bundle = shoot_bundle(namespace, data);
+        Ok(managed_resource::create_shoot_bundle(&self.client, &bundle).await?)
     }
 
     async fn managed_resource(
@@ -249,7 +247,24 @@ impl ShimActuator {
             return Ok(Applied::Hibernated);
         }
         let data = managed_resource::pack(manifests.iter().cloned())?;
-        let current = self.managed_resource(&namespace).await?;
+        let current = match ctx.cached_managed_resource(&namespace, MANAGED_RESOURCE) {
+            // Caught up: nothing to wait for, and an update from a stale copy fails with a
+            // conflict and reads anew.
+            Some(cached) if catch_up::check(&cached).is_ok() => Some(cached),
+            // The wait below needs the fields the cache trims (when the spec was written).
+            Some(_) => self.managed_resource(&namespace).await?,
+            None => {
+                if self.create(&namespace, &data).await? {
+                    tracing::info!(namespace = %namespace, "shoot bundle created");
+                    return Ok(Applied::Current {
+                        manifests,
+                        written: true,
+                    });
+                }
+                // The cache was behind: it exists after all, and may have to be waited for.
+                self.managed_resource(&namespace).await?
+            }
+        };
         if let Some(current) = &current
             && let Some(wait) = self
                 .wait_before_removing(&namespace, current, &manifests, &data)
@@ -385,6 +400,49 @@ fn since(at: Option<jiff::Timestamp>) -> Duration {
         .unwrap_or_default()
 }
 
+/// Our ManagedResource in `namespace`, applying `data`; the shoot objects go with it.
+fn shoot_bundle<'a>(namespace: &'a str, data: &'a SecretData) -> managed_resource::ShootBundle<'a> {
+    managed_resource::ShootBundle {
+        namespace,
+        name: MANAGED_RESOURCE,
+        origin: ORIGIN,
+        keep_objects: false,
+        data,
+    }
+}
+
+/// Where a step that waits for gardener-resource-manager to record the current bundle stands.
+enum GrmWait {
+    CaughtUp,
+    /// Not yet: report progress and look again.
+    Behind(catch_up::Behind),
+    /// Not yet, and the step's wait has expired (logged here): it goes on without.
+    Expired(catch_up::Behind),
+}
+
+/// `going_on`: what the step does when its wait has expired, for the log.
+fn grm_wait(
+    namespace: &str,
+    current: &ManagedResource,
+    waited: Duration,
+    expired: bool,
+    going_on: &str,
+) -> GrmWait {
+    match catch_up::check(current) {
+        Ok(()) => GrmWait::CaughtUp,
+        Err(behind) if expired => {
+            tracing::warn!(
+                namespace = %namespace,
+                waited = ?waited,
+                behind = %behind,
+                "gardener-resource-manager did not catch up in time; {going_on}"
+            );
+            GrmWait::Expired(behind)
+        }
+        Err(behind) => GrmWait::Behind(behind),
+    }
+}
+
 /// How long the Extension has been deleted.
 fn deleting_for(ext: &Extension) -> Duration {
     since(ext.metadata.deletion_timestamp.as_ref().map(|t| t.0))
@@ -424,14 +482,15 @@ impl Actuator for ShimActuator {
         let expired = waited >= self.settings.uninstall_timeout;
         // The uninstall bundle drops the RuntimeClasses, and deleting the ManagedResource drops
         // everything: gardener-resource-manager removes only what it has recorded.
-        if let Err(behind) = catch_up::check(&current) {
-            if expired {
-                tracing::warn!(
-                    namespace = %namespace,
-                    waited = ?waited,
-                    behind = %behind,
-                    "gardener-resource-manager did not catch up in time; removing the bundle anyway"
-                );
+        match grm_wait(
+            &namespace,
+            &current,
+            waited,
+            expired,
+            "removing the bundle anyway",
+        ) {
+            GrmWait::CaughtUp => {}
+            GrmWait::Expired(behind) => {
                 return self
                     .delete_bundle(
                         &namespace,
@@ -439,9 +498,11 @@ impl Actuator for ShimActuator {
                     )
                     .await;
             }
-            return Ok(self.in_progress(format!(
-                "Waiting before removing objects from the shoot: {behind}"
-            )));
+            GrmWait::Behind(behind) => {
+                return Ok(self.in_progress(format!(
+                    "Waiting before removing objects from the shoot: {behind}"
+                )));
+            }
         }
         let manifests = self.uninstall_manifests(ctx.extension, shoot)?;
         let written = self
@@ -529,19 +590,15 @@ impl Actuator for ShimActuator {
         };
         let waited = since(catch_up::spec_written_at(&current));
         let expired = waited >= self.settings.catch_up_timeout;
-        if let Err(behind) = catch_up::check(&current) {
-            if expired {
-                tracing::warn!(
-                    namespace = %namespace,
-                    waited = ?waited,
-                    behind = %behind,
-                    "gardener-resource-manager did not catch up in time; not looking for objects the migrated bundle left behind"
-                );
-                return Ok(Outcome::Done);
+        let going_on = "not looking for objects the migrated bundle left behind";
+        match grm_wait(&namespace, &current, waited, expired, going_on) {
+            GrmWait::CaughtUp => {}
+            GrmWait::Expired(_) => return Ok(Outcome::Done),
+            GrmWait::Behind(behind) => {
+                return Ok(self.in_progress(format!(
+                    "Waiting before looking for objects the migrated bundle left behind: {behind}"
+                )));
             }
-            return Ok(self.in_progress(format!(
-                "Waiting before looking for objects the migrated bundle left behind: {behind}"
-            )));
         }
         match self
             .hand_back_leftovers(&namespace, &current, &manifests)

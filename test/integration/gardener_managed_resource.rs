@@ -265,7 +265,7 @@ async fn shoot_managed_resource_is_applied_into_the_shoot() {
         Some(&secret_name)
     );
 
-    mr::wait_until_healthy(&f.c.seed, &f.ns, MR_NAME, fast())
+    mr::wait_until(&f.c.seed, &f.ns, MR_NAME, fast(), mr::Awaited::Healthy)
         .await
         .expect("the ManagedResource becomes healthy");
     let status = f.mr().await;
@@ -438,7 +438,7 @@ async fn unchanged_objects_write_nothing() {
             .expect("create")
     );
     // Let GRM add its finalizer and write its status first: those must not look like changes.
-    mr::wait_until_healthy(&f.c.seed, &f.ns, MR_NAME, fast())
+    mr::wait_until(&f.c.seed, &f.ns, MR_NAME, fast(), mr::Awaited::Healthy)
         .await
         .expect("healthy");
     let before_mr = f.mr().await;
@@ -504,7 +504,7 @@ async fn changed_objects_move_to_a_new_secret() {
             .await
             .expect("create")
     );
-    mr::wait_until_healthy(&f.c.seed, &f.ns, MR_NAME, fast())
+    mr::wait_until(&f.c.seed, &f.ns, MR_NAME, fast(), mr::Awaited::Healthy)
         .await
         .expect("healthy");
     f.shoot_config_map_with("changing", v1.data.as_ref().unwrap())
@@ -589,7 +589,7 @@ async fn changed_objects_move_to_a_new_secret() {
 
     f.shoot_config_map_with("changing", v2.data.as_ref().unwrap())
         .await;
-    mr::wait_until_healthy(&f.c.seed, &f.ns, MR_NAME, fast())
+    mr::wait_until(&f.c.seed, &f.ns, MR_NAME, fast(), mr::Awaited::Healthy)
         .await
         .expect("healthy after the change");
 
@@ -620,8 +620,30 @@ async fn a_stale_read_handed_over_is_read_again() {
         .expect("create");
     let v2 = f.config_map("handed", &[("version", "2")]);
     let data2 = bundle(&[Manifest::from_resource(&v2).unwrap()]);
+    let shoot_bundle = |data| mr::ShootBundle {
+        namespace: &f.ns,
+        name: MR_NAME,
+        origin: ORIGIN,
+        keep_objects: false,
+        data,
+    };
+    // A cache that has not seen it yet: the first-write path creates the secret, meets the
+    // ManagedResource and leaves it for an update.
+    let before = f.mr().await;
     assert!(
-        mr::create_or_update_for_shoot_from(&f.c.seed, None, &f.ns, MR_NAME, ORIGIN, false, &data2)
+        !mr::create_shoot_bundle(&f.c.seed, &shoot_bundle(&data2))
+            .await
+            .expect("create meets the existing ManagedResource")
+    );
+    assert_eq!(f.mr().await.resource_version(), before.resource_version());
+    assert!(
+        mr::create_shoot_bundle(&f.c.seed, &shoot_bundle(&data2))
+            .await
+            .is_ok_and(|created| !created),
+        "a secret that exists already is checked, not an error"
+    );
+    assert!(
+        mr::update_shoot_bundle(&f.c.seed, None, &shoot_bundle(&data2))
             .await
             .expect("update after an absent read")
     );
@@ -641,17 +663,9 @@ async fn a_stale_read_handed_over_is_read_again() {
     let v3 = f.config_map("handed", &[("version", "3")]);
     let data3 = bundle(&[Manifest::from_resource(&v3).unwrap()]);
     assert!(
-        mr::create_or_update_for_shoot_from(
-            &f.c.seed,
-            Some(stale),
-            &f.ns,
-            MR_NAME,
-            ORIGIN,
-            false,
-            &data3
-        )
-        .await
-        .expect("update after a stale read")
+        mr::update_shoot_bundle(&f.c.seed, Some(stale), &shoot_bundle(&data3))
+            .await
+            .expect("update after a stale read")
     );
     let after = f.mr().await;
     assert_eq!(after.spec.secret_refs[0].name, data3.secret_name(MR_NAME));
@@ -673,7 +687,7 @@ async fn keep_objects_then_delete_leaves_the_shoot_objects() {
     mr::create_or_update_for_shoot(&f.c.seed, &f.ns, MR_NAME, ORIGIN, false, &data)
         .await
         .expect("create");
-    mr::wait_until_healthy(&f.c.seed, &f.ns, MR_NAME, fast())
+    mr::wait_until(&f.c.seed, &f.ns, MR_NAME, fast(), mr::Awaited::Healthy)
         .await
         .expect("healthy");
     f.shoot_config_map_with("kept", cm.data.as_ref().unwrap())
@@ -685,7 +699,7 @@ async fn keep_objects_then_delete_leaves_the_shoot_objects() {
     mr::create_or_update_for_shoot(&f.c.seed, &f.ns, MR_NAME, ORIGIN, false, &data)
         .await
         .expect("update");
-    mr::wait_until_healthy(&f.c.seed, &f.ns, MR_NAME, fast())
+    mr::wait_until(&f.c.seed, &f.ns, MR_NAME, fast(), mr::Awaited::Healthy)
         .await
         .expect("healthy");
     f.shoot_config_map_with("kept", cm.data.as_ref().unwrap())
@@ -741,7 +755,7 @@ async fn delete_removes_the_shoot_objects_before_the_managed_resource_goes() {
     mr::create_or_update_for_shoot(&f.c.seed, &f.ns, MR_NAME, ORIGIN, false, &data)
         .await
         .expect("create");
-    mr::wait_until_healthy(&f.c.seed, &f.ns, MR_NAME, fast())
+    mr::wait_until(&f.c.seed, &f.ns, MR_NAME, fast(), mr::Awaited::Healthy)
         .await
         .expect("healthy");
     f.shoot_config_map_with("doomed", cm.data.as_ref().unwrap())
@@ -775,7 +789,7 @@ async fn wait_until_deleted_times_out_with_grms_message() {
     mr::create_or_update_for_shoot(&f.c.seed, &f.ns, MR_NAME, ORIGIN, false, &data)
         .await
         .expect("create");
-    mr::wait_until_healthy(&f.c.seed, &f.ns, MR_NAME, fast())
+    mr::wait_until(&f.c.seed, &f.ns, MR_NAME, fast(), mr::Awaited::Healthy)
         .await
         .expect("healthy");
     f.shoot_config_map_with("held", cm.data.as_ref().unwrap())

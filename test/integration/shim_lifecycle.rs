@@ -256,12 +256,13 @@ async fn bundle_reaches_the_shoot_and_passes_gardenlets_check() {
         ["spin"]
     );
     assert!(f.daemon_set().await.is_some());
-    managed_resource::wait_until_healthy(
+    managed_resource::wait_until(
         &f.seed,
         &f.ns,
         MANAGED_RESOURCE,
         managed_resource::Wait::new(poll::DEFAULT_TIMEOUT)
             .with_interval(Duration::from_millis(200)),
+        managed_resource::Awaited::Healthy,
     )
     .await
     .expect("gardener-resource-manager reports the bundle healthy");
@@ -393,12 +394,13 @@ async fn delete_uninstalls_from_every_node_before_removing_the_bundle() {
     let sim = nodes::start(f.shoot.clone(), "kube-system", INSTALLER_SELECTOR);
     f.create(config(json!([{"name": "spin"}]))).await;
     f.ready(None).await;
-    managed_resource::wait_until_healthy_and_rolled_out(
+    managed_resource::wait_until(
         &f.seed,
         &f.ns,
         MANAGED_RESOURCE,
         managed_resource::Wait::new(poll::DEFAULT_TIMEOUT)
             .with_interval(Duration::from_millis(200)),
+        managed_resource::Awaited::RolledOut,
     )
     .await
     .expect("installed on both nodes");
@@ -564,12 +566,13 @@ async fn migrate_keeps_the_shoot_objects_and_restore_brings_the_managed_resource
         "no Restore/Succeeded"
     );
     assert!(f.managed_resource().await.is_some());
-    managed_resource::wait_until_healthy(
+    managed_resource::wait_until(
         &f.seed,
         &f.ns,
         MANAGED_RESOURCE,
         managed_resource::Wait::new(poll::DEFAULT_TIMEOUT)
             .with_interval(Duration::from_millis(200)),
+        managed_resource::Awaited::Healthy,
     )
     .await
     .expect("the restored bundle is healthy");
@@ -761,12 +764,13 @@ async fn installer_is_confined(f: Fixture) {
     let _kubelets = nodes::start(f.shoot.clone(), "kube-system", INSTALLER_SELECTOR);
     f.create(config(json!([{"name": "wasmtime"}]))).await;
     f.ready(None).await;
-    managed_resource::wait_until_healthy(
+    managed_resource::wait_until(
         &f.seed,
         &f.ns,
         MANAGED_RESOURCE,
         managed_resource::Wait::new(poll::DEFAULT_TIMEOUT)
             .with_interval(Duration::from_millis(200)),
+        managed_resource::Awaited::Healthy,
     )
     .await
     .expect("bundle applied");

@@ -46,7 +46,8 @@ pub async fn start<A: Actuator>(
 ) -> RunningController {
     let caches = SharedCaches::spawn_in(
         &client,
-        "test-origin",
+        // The shim actuator reads its ManagedResource from this cache, as in production.
+        gardener_extension_containerd_shim::shim::actuator::ORIGIN,
         Some(&config.extension_type),
         config.namespace.as_deref(),
     );

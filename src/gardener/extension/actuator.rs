@@ -4,7 +4,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::gardener::api::{Cluster, Extension, Shoot};
+use crate::gardener::api::{Cluster, Extension, ManagedResource, Shoot};
+use crate::gardener::cache::SharedCaches;
 use crate::gardener::error_codes::CodedError;
 
 /// What an actuator gets for one operation.
@@ -13,6 +14,11 @@ pub struct ActuatorContext<'a> {
     pub extension: &'a Extension,
     /// The Cluster of the shoot namespace; `None` outside shoot namespaces (seed/garden class).
     pub cluster: Option<&'a ClusterInfo>,
+    /// The controllers' watch caches: what an actuator reads from them costs no request (like
+    /// the cache-backed client Gardener's actuators are given). A cached object can be a
+    /// moment behind the API server; writes from it carry its resourceVersion and fail with a
+    /// conflict rather than overwrite a newer state.
+    pub caches: &'a SharedCaches,
 }
 
 /// A Cluster with its decoded Shoot.
@@ -27,6 +33,14 @@ impl ActuatorContext<'_> {
     /// The decoded Shoot, if this is a shoot namespace and gardenlet embedded one.
     pub fn shoot(&self) -> Option<&Shoot> {
         self.cluster.and_then(|c| c.shoot.as_ref())
+    }
+
+    /// A ManagedResource of this extension (its `origin` label) in `namespace`, as the watch
+    /// cache holds it: `None` when the cache holds none by that name.
+    pub fn cached_managed_resource(&self, namespace: &str, name: &str) -> Option<ManagedResource> {
+        self.caches
+            .managed_resource(namespace, name)
+            .map(|mr| mr.as_ref().clone())
     }
 }
 

@@ -342,6 +342,7 @@ impl<A: Actuator> Run<'_, A> {
         let ctx = ActuatorContext {
             extension: &self.ext,
             cluster,
+            caches: &self.ctx.caches,
         };
         match call {
             Call::Reconcile => actuator.reconcile(&ctx).await,

@@ -28,6 +28,7 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio::time::Instant;
 
+use super::catch_up;
 use super::desired::{DesiredManagedResource, RESERVED_ORIGIN, superseded_secrets};
 use super::secret::{GARBAGE_COLLECTABLE_LABEL, SECRET_PREFIX, SecretData, decode_secret};
 use super::{Error, is_configuration_problem};
@@ -67,6 +68,44 @@ impl Wait {
     }
 }
 
+/// What Gardener's `CreateForShoot` is given: a ManagedResource `name` in `namespace` for the
+/// shoot's GRM, labelled `origin=<origin>`, applying `data`.
+#[derive(Clone, Copy, Debug)]
+pub struct ShootBundle<'a> {
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub origin: &'a str,
+    pub keep_objects: bool,
+    pub data: &'a SecretData,
+}
+
+impl ShootBundle<'_> {
+    fn desired(&self) -> Result<DesiredManagedResource, Error> {
+        if self.origin.is_empty() || self.origin == RESERVED_ORIGIN {
+            return Err(Error::InvalidOrigin {
+                namespace: self.namespace.to_string(),
+                name: self.name.to_string(),
+                origin: self.origin.to_string(),
+            });
+        }
+        Ok(DesiredManagedResource::for_shoot(
+            self.origin,
+            self.keep_objects,
+            &self.data.secret_name(self.name),
+        ))
+    }
+
+    /// Writes the bundle over `read` (`None`: read the ManagedResource first).
+    async fn write(
+        &self,
+        client: &Client,
+        read: Option<Option<ManagedResource>>,
+    ) -> Result<bool, Error> {
+        let desired = self.desired()?;
+        create_or_update(client, self.namespace, self.name, &desired, self.data, read).await
+    }
+}
+
 /// Gardener's `CreateForShoot`: the unique secret for `data`, then a ManagedResource for the
 /// shoot's GRM (no class, `origin=<origin>`, the no-cleanup label injected). Returns whether
 /// anything was written; in the steady state nothing is.
@@ -78,45 +117,46 @@ pub async fn create_or_update_for_shoot(
     keep_objects: bool,
     data: &SecretData,
 ) -> Result<bool, Error> {
-    let desired = for_shoot(namespace, name, origin, keep_objects, data)?;
-    create_or_update(client, namespace, name, &desired, data, None).await
+    let bundle = ShootBundle {
+        namespace,
+        name,
+        origin,
+        keep_objects,
+        data,
+    };
+    bundle.write(client, None).await
 }
 
 /// [`create_or_update_for_shoot`] for a caller that has just read the ManagedResource
-/// (`current`; `None` when there is none): the first attempt starts from that instead of
-/// reading it again; a conflict reads it anew.
-pub async fn create_or_update_for_shoot_from(
+/// (`current`; `None` when there is none), or taken it from a watch cache: the first attempt
+/// starts from that instead of reading it again; a conflict reads it anew.
+pub async fn update_shoot_bundle(
     client: &Client,
     current: Option<ManagedResource>,
-    namespace: &str,
-    name: &str,
-    origin: &str,
-    keep_objects: bool,
-    data: &SecretData,
+    bundle: &ShootBundle<'_>,
 ) -> Result<bool, Error> {
-    let desired = for_shoot(namespace, name, origin, keep_objects, data)?;
-    create_or_update(client, namespace, name, &desired, data, Some(current)).await
+    bundle.write(client, Some(current)).await
 }
 
-fn for_shoot(
-    namespace: &str,
-    name: &str,
-    origin: &str,
-    keep_objects: bool,
-    data: &SecretData,
-) -> Result<DesiredManagedResource, Error> {
-    if origin.is_empty() || origin == RESERVED_ORIGIN {
-        return Err(Error::InvalidOrigin {
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-            origin: origin.to_string(),
-        });
+/// The first write of a shoot bundle: the secret, then the ManagedResource, for a caller that
+/// believes neither exists (its cache holds no ManagedResource). No read is sent. Returns
+/// `false` without writing the ManagedResource when one exists after all: the caller reads it
+/// and goes the way of an update ([`update_shoot_bundle`]), which may have to wait for
+/// gardener-resource-manager first.
+pub async fn create_shoot_bundle(client: &Client, bundle: &ShootBundle<'_>) -> Result<bool, Error> {
+    let desired = bundle.desired()?;
+    let (namespace, name) = (bundle.namespace, bundle.name);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let mrs: Api<ManagedResource> = Api::namespaced(client.clone(), namespace);
+    create_secret(&secrets, &bundle.data.to_secret(namespace, name)).await?;
+    match mrs
+        .create(&PostParams::default(), &desired.new_object(namespace, name))
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(e) if is_already_exists(&e) => Ok(false),
+        Err(e) => Err(Error::api("create", MANAGED_RESOURCE, namespace, name, e)),
     }
-    Ok(DesiredManagedResource::for_shoot(
-        origin,
-        keep_objects,
-        &data.secret_name(name),
-    ))
 }
 
 /// Gardener's `CreateForSeed`: like [`create_or_update_for_shoot`] with class `seed`.
@@ -139,13 +179,26 @@ async fn create_or_update(
     name: &str,
     desired: &DesiredManagedResource,
     data: &SecretData,
-    mut read: Option<Option<ManagedResource>>,
+    read: Option<Option<ManagedResource>>,
 ) -> Result<bool, Error> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let mrs: Api<ManagedResource> = Api::namespaced(client.clone(), namespace);
     let current_secret = data.secret_name(name);
-    let mut wrote = ensure_secret(&secrets, &data.to_secret(namespace, name)).await?;
+    let first = match read {
+        Some(existing) => existing,
+        None => mrs
+            .get_opt(name)
+            .await
+            .map_err(|e| Error::api("read", MANAGED_RESOURCE, namespace, name, e))?,
+    };
+    let secret = data.to_secret(namespace, name);
+    let mut wrote = match secret_check(first.as_ref(), &current_secret) {
+        SecretCheck::Applied => false,
+        SecretCheck::Read => ensure_secret(&secrets, &secret).await?,
+        SecretCheck::Create => create_secret(&secrets, &secret).await?,
+    };
 
+    let mut read = Some(first);
     for _ in 0..MAX_UPDATE_ATTEMPTS {
         let existing = match read.take() {
             Some(existing) => existing,
@@ -167,7 +220,7 @@ async fn create_or_update(
         // Secrets written by older library versions were neither immutable nor collectable;
         // Gardener labels whatever the ManagedResource references so that GRM's GC takes
         // care of them once they are superseded.
-        // The current secret was just read (and labelled if needed) by `ensure_secret`.
+        // The current secret was read (and labelled if needed) above, or is known applied.
         for secret in existing
             .spec
             .secret_refs
@@ -190,6 +243,48 @@ async fn create_or_update(
         name: name.to_string(),
         attempts: MAX_UPDATE_ATTEMPTS,
     })
+}
+
+/// How the bundle's secret is made sure of, from the ManagedResource as last seen. The secret
+/// is immutable and named after its data, so knowing that it exists is knowing its content.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SecretCheck {
+    /// gardener-resource-manager has applied this generation of a ManagedResource that
+    /// references this secret: it read the secret, so it exists. Nothing is sent; a
+    /// secret deleted since makes GRM report the ManagedResource failed, and the next
+    /// reconcile recreates it.
+    Applied,
+    /// Referenced, but not known to be applied: read it, create it only if it is gone.
+    Read,
+    /// Not referenced yet: it is nearly always new, so it is created without a read, and read
+    /// only when it exists already.
+    Create,
+}
+
+fn secret_check(mr: Option<&ManagedResource>, secret: &str) -> SecretCheck {
+    let Some(mr) = mr else {
+        return SecretCheck::Create;
+    };
+    let refs = &mr.spec.secret_refs;
+    if !refs.iter().any(|s| s.name == secret) {
+        return SecretCheck::Create;
+    }
+    if catch_up::check(mr).is_ok() {
+        return SecretCheck::Applied;
+    }
+    SecretCheck::Read
+}
+
+/// Creates the secret; if it exists already, checks it like [`ensure_secret`]. Returns whether
+/// anything was written.
+async fn create_secret(secrets: &Api<Secret>, desired: &Secret) -> Result<bool, Error> {
+    let namespace = desired.metadata.namespace.as_deref().unwrap_or_default();
+    let name = desired.metadata.name.as_deref().unwrap_or_default();
+    match secrets.create(&PostParams::default(), desired).await {
+        Ok(_) => Ok(true),
+        Err(e) if is_already_exists(&e) => ensure_secret(secrets, desired).await,
+        Err(e) => Err(Error::api("create", SECRET, namespace, name, e)),
+    }
 }
 
 /// Creates the secret unless it exists. An existing secret of that name is reused: the name is
@@ -398,20 +493,11 @@ pub async fn wait_until_deleted(
     name: &str,
     wait: Wait,
 ) -> Result<(), Error> {
-    let mrs: Api<ManagedResource> = Api::namespaced(client.clone(), namespace);
-    let deadline = Instant::now() + wait.timeout;
-    loop {
-        let current = mrs
-            .get_opt(name)
-            .await
-            .map_err(|e| Error::api("read", MANAGED_RESOURCE, namespace, name, e))?;
-        let Some(current) = current else {
-            return Ok(());
-        };
-        if !sleep_before(deadline, wait.interval).await {
-            return Err(not_deleted(namespace, name, wait.timeout, &current));
-        }
-    }
+    let gone = |mr: Option<&ManagedResource>| match mr {
+        None => Ok(()),
+        Some(mr) => Err(not_deleted(namespace, name, wait.timeout, mr)),
+    };
+    poll(client, namespace, name, wait, gone, |last| last).await
 }
 
 /// The timeout error of [`wait_until_deleted`], from the last ManagedResource seen.
@@ -437,46 +523,52 @@ pub fn not_deleted(
     }
 }
 
-/// Gardener's `WaitUntilHealthy`: polls until [`ManagedResource::check_healthy`] holds.
-pub async fn wait_until_healthy(
-    client: &Client,
-    namespace: &str,
-    name: &str,
-    wait: Wait,
-) -> Result<(), Error> {
-    wait_for(
-        client,
-        namespace,
-        name,
-        wait,
-        ManagedResource::check_healthy,
-    )
-    .await
+/// What [`wait_until`] waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Awaited {
+    /// Gardener's `WaitUntilHealthy`: [`ManagedResource::check_healthy`].
+    Healthy,
+    /// Gardener's `WaitUntilHealthyAndNotProgressing`: also every rollout is complete
+    /// ([`ManagedResource::check_rolled_out`]).
+    RolledOut,
 }
 
-/// Gardener's `WaitUntilHealthyAndNotProgressing`: also every rollout is complete.
-pub async fn wait_until_healthy_and_rolled_out(
+/// Polls the ManagedResource until it is what `awaited` asks, or the wait times out.
+pub async fn wait_until(
     client: &Client,
     namespace: &str,
     name: &str,
     wait: Wait,
+    awaited: Awaited,
 ) -> Result<(), Error> {
-    wait_for(
-        client,
-        namespace,
-        name,
-        wait,
-        ManagedResource::check_rolled_out,
-    )
-    .await
+    let check = match awaited {
+        Awaited::Healthy => ManagedResource::check_healthy,
+        Awaited::RolledOut => ManagedResource::check_rolled_out,
+    };
+    let ready = |mr: Option<&ManagedResource>| match mr {
+        None => Err(format!(
+            "managedresources.resources.gardener.cloud {name:?} not found"
+        )),
+        Some(mr) => check(mr).map_err(|e| e.to_string()),
+    };
+    let timed_out = |last| Error::NotHealthy {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        timeout: wait.timeout,
+        last,
+    };
+    poll(client, namespace, name, wait, ready, timed_out).await
 }
 
-async fn wait_for<E: std::fmt::Display>(
+/// Reads the ManagedResource every `wait.interval` until `done` holds for it (`None`: it does
+/// not exist); on timeout, `timed_out` makes the error from what `done` said last.
+async fn poll<E>(
     client: &Client,
     namespace: &str,
     name: &str,
     wait: Wait,
-    check: impl Fn(&ManagedResource) -> Result<(), E>,
+    done: impl Fn(Option<&ManagedResource>) -> Result<(), E>,
+    timed_out: impl FnOnce(E) -> Error,
 ) -> Result<(), Error> {
     let mrs: Api<ManagedResource> = Api::namespaced(client.clone(), namespace);
     let deadline = Instant::now() + wait.timeout;
@@ -485,20 +577,12 @@ async fn wait_for<E: std::fmt::Display>(
             .get_opt(name)
             .await
             .map_err(|e| Error::api("read", MANAGED_RESOURCE, namespace, name, e))?;
-        let last = match current {
-            None => format!("managedresources.resources.gardener.cloud {name:?} not found"),
-            Some(mr) => match check(&mr) {
-                Ok(()) => return Ok(()),
-                Err(e) => e.to_string(),
-            },
+        let last = match done(current.as_ref()) {
+            Ok(()) => return Ok(()),
+            Err(last) => last,
         };
         if !sleep_before(deadline, wait.interval).await {
-            return Err(Error::NotHealthy {
-                namespace: namespace.to_string(),
-                name: name.to_string(),
-                timeout: wait.timeout,
-                last,
-            });
+            return Err(timed_out(last));
         }
     }
 }
@@ -529,6 +613,7 @@ fn is_conflict(e: &kube::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gardener::api::managed_resource::LocalObjectReference;
     use crate::gardener::api::managed_resource::ManagedResourceStatus;
     use crate::gardener::api::{Condition, ErrorCode, ManagedResourceSpec};
     use crate::gardener::error_codes::CodedError;
@@ -550,6 +635,51 @@ mod tests {
             ..Default::default()
         });
         mr
+    }
+
+    fn referencing(secrets: &[&str], generation: i64, observed: i64) -> ManagedResource {
+        let mut mr = with_applied(ConditionStatus::True, "ApplySucceeded", "");
+        mr.spec.secret_refs = secrets
+            .iter()
+            .map(|name| LocalObjectReference {
+                name: name.to_string(),
+            })
+            .collect();
+        mr.metadata.generation = Some(generation);
+        if let Some(status) = mr.status.as_mut() {
+            status.observed_generation = Some(observed);
+        }
+        mr
+    }
+
+    #[test]
+    fn a_secret_is_read_only_when_nothing_vouches_for_it() {
+        assert_eq!(secret_check(None, "s-1"), SecretCheck::Create);
+        assert_eq!(
+            secret_check(Some(&referencing(&["s-0"], 2, 2)), "s-1"),
+            SecretCheck::Create,
+            "a new bundle's secret is new"
+        );
+        assert_eq!(
+            secret_check(Some(&referencing(&["s-1"], 2, 2)), "s-1"),
+            SecretCheck::Applied,
+            "gardener-resource-manager has read it for the current generation"
+        );
+        assert_eq!(
+            secret_check(Some(&referencing(&["s-0", "s-1"], 3, 3)), "s-1"),
+            SecretCheck::Applied
+        );
+        assert_eq!(
+            secret_check(Some(&referencing(&["s-1"], 3, 2)), "s-1"),
+            SecretCheck::Read,
+            "the current generation is not applied yet"
+        );
+        let mut failed = referencing(&["s-1"], 2, 2);
+        failed.status = with_applied(ConditionStatus::False, "ApplyFailed", "secret gone").status;
+        if let Some(status) = failed.status.as_mut() {
+            status.observed_generation = Some(2);
+        }
+        assert_eq!(secret_check(Some(&failed), "s-1"), SecretCheck::Read);
     }
 
     #[test]

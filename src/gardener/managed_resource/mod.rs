@@ -27,9 +27,9 @@ pub mod secret;
 use std::time::Duration;
 
 pub use apply::{
-    DEFAULT_POLL_INTERVAL, Wait, create_or_update_for_seed, create_or_update_for_shoot,
-    create_or_update_for_shoot_from, delete, referenced_objects, set_keep_objects,
-    wait_until_deleted, wait_until_healthy, wait_until_healthy_and_rolled_out,
+    Awaited, DEFAULT_POLL_INTERVAL, ShootBundle, Wait, create_or_update_for_seed,
+    create_or_update_for_shoot, create_shoot_bundle, delete, referenced_objects, set_keep_objects,
+    update_shoot_bundle, wait_until, wait_until_deleted,
 };
 pub use desired::DesiredManagedResource;
 pub use secret::{Manifest, Scope, SecretData, decode, decode_secret, pack};
