@@ -366,11 +366,12 @@ pub fn format_duration(d: Duration) -> String {
     }
 }
 
+/// The flags parsed the way a binary that flattens them does.
 #[cfg(test)]
-mod tests {
+pub(super) mod testing {
     use clap::Parser;
 
-    use super::*;
+    use super::RuntimeOptions;
 
     #[derive(Debug, Parser)]
     struct TestCli {
@@ -378,17 +379,23 @@ mod tests {
         options: RuntimeOptions,
     }
 
-    fn parse(args: &[&str]) -> Result<RuntimeOptions, clap::Error> {
+    pub fn parse(args: &[&str]) -> Result<RuntimeOptions, clap::Error> {
         TestCli::try_parse_from(std::iter::once("test").chain(args.iter().copied()))
             .map(|c| c.options)
     }
 
-    fn parse_ok(args: &[&str]) -> RuntimeOptions {
+    pub fn parse_ok(args: &[&str]) -> RuntimeOptions {
         match parse(args) {
             Ok(options) => options,
             Err(e) => panic!("{args:?} should parse: {e}"),
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{parse, parse_ok};
+    use super::*;
 
     const KNOWN: &[&str] = &["extension", "healthcheck", "heartbeat"];
 
