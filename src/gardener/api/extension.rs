@@ -98,6 +98,26 @@ impl Extension {
     }
 }
 
+/// The Extension most controller tests start from: no providerConfig, no status.
+#[cfg(test)]
+pub(crate) fn test_extension(
+    namespace: &str,
+    name: &str,
+    type_: &str,
+    class: Option<&str>,
+) -> Extension {
+    let mut extension = Extension::new(
+        name,
+        ExtensionSpec {
+            type_: type_.into(),
+            class: class.map(String::from),
+            ..ExtensionSpec::default()
+        },
+    );
+    extension.metadata.namespace = Some(namespace.into());
+    extension
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

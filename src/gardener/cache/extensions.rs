@@ -192,20 +192,10 @@ async fn publish(subscribers: &Mutex<Vec<mpsc::Sender<ExtensionEvent>>>, change:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gardener::api::ExtensionSpec;
+    use crate::gardener::api::extension::test_extension;
 
     fn ext(name: &str, type_: &str) -> Extension {
-        let mut e = Extension::new(
-            name,
-            ExtensionSpec {
-                type_: type_.into(),
-                class: None,
-                provider_config: None,
-                provider_config_error: None,
-            },
-        );
-        e.metadata.namespace = Some("ns".into());
-        e
+        test_extension("ns", name, type_, None)
     }
 
     #[test]

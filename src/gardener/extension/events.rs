@@ -249,17 +249,10 @@ fn truncate(s: &str, limit: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gardener::api::ExtensionSpec;
+    use crate::gardener::api::extension::test_extension;
 
     fn extension() -> Extension {
-        let mut ext = Extension::new(
-            "containerd-shim",
-            ExtensionSpec {
-                type_: "containerd-shim".into(),
-                ..Default::default()
-            },
-        );
-        ext.metadata.namespace = Some("shoot--p--s".into());
+        let mut ext = test_extension("shoot--p--s", "containerd-shim", "containerd-shim", None);
         ext.metadata.uid = Some("uid-1".into());
         ext
     }

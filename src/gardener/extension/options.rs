@@ -2,9 +2,7 @@
 
 use std::time::Duration;
 
-use clap::ArgAction;
-
-use crate::gardener::runtime::options::parse_duration;
+use crate::gardener::runtime::options::{GoBoolFlag, parse_duration};
 
 use super::context::ReconcilerConfig;
 use super::predicate::TriggerMode;
@@ -18,15 +16,7 @@ pub struct ExtensionControllerOptions {
 
     /// Reconcile on every spec change instead of waiting for gardenlet's
     /// `gardener.cloud/operation` annotation.
-    #[arg(
-        long,
-        value_name = "BOOL",
-        default_value_t = false,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        action = ArgAction::Set
-    )]
+    #[arg(long, default_value_t = false, go_bool_flag())]
     pub ignore_operation_annotation: bool,
 
     /// Extension classes to reconcile (`shoot`, `seed`, `garden`); an Extension without a class is

@@ -130,21 +130,14 @@ pub fn shoot_not_failed<E>(cluster: Option<Result<Option<&Shoot>, E>>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gardener::api::extension::test_extension;
     use crate::gardener::api::{
-        ExtensionSpec, ExtensionStatus, LastOperation, OPERATION_ANNOTATION, OperationType,
+        ExtensionStatus, LastOperation, OPERATION_ANNOTATION, OperationType,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     fn ext(type_: &str, class: Option<&str>) -> Extension {
-        Extension::new(
-            "x",
-            ExtensionSpec {
-                type_: type_.into(),
-                class: class.map(str::to_string),
-                provider_config: None,
-                provider_config_error: None,
-            },
-        )
+        test_extension("ns", "x", type_, class)
     }
 
     fn with_state(mut e: Extension, state: Option<OperationState>) -> Extension {
@@ -159,6 +152,14 @@ mod tests {
             ..Default::default()
         });
         e
+    }
+
+    /// The last operation of an Extension made by [`with_state`] with a state.
+    fn last_operation(e: &mut Extension) -> &mut LastOperation {
+        e.status
+            .as_mut()
+            .and_then(|s| s.last_operation.as_mut())
+            .expect("an Extension with a last operation")
     }
 
     fn annotate(mut e: Extension, key: &str, value: &str) -> Extension {
@@ -240,13 +241,8 @@ mod tests {
         assert!(admit_create(&asked, m));
         // Answered: the operation is at least as new as the request's second.
         let mut answered = asked.clone();
-        if let Some(op) = answered
-            .status
-            .as_mut()
-            .and_then(|s| s.last_operation.as_mut())
-        {
-            op.last_update_time = Time("2026-01-01T00:00:00Z".parse().unwrap());
-        }
+        last_operation(&mut answered).last_update_time =
+            Time("2026-01-01T00:00:00Z".parse().unwrap());
         assert!(!admit_create(&answered, m));
         // No timestamp or an unreadable one: Gardener's filter alone.
         assert!(!admit_create(&done, m));
@@ -263,14 +259,7 @@ mod tests {
         let m = TriggerMode::OperationAnnotation;
         let old = with_state(ext("t", None), Some(OperationState::Succeeded));
         let mut status_only = old.clone();
-        status_only
-            .status
-            .as_mut()
-            .unwrap()
-            .last_operation
-            .as_mut()
-            .unwrap()
-            .description = "new".into();
+        last_operation(&mut status_only).description = "new".into();
         assert!(!admit_update(&old, &status_only, m));
         let mut finalized = old.clone();
         finalized.metadata.finalizers = Some(vec!["f".into()]);
@@ -298,13 +287,7 @@ mod tests {
                 op,
             );
             let mut failed = old.clone();
-            if let Some(l) = failed
-                .status
-                .as_mut()
-                .and_then(|s| s.last_operation.as_mut())
-            {
-                l.state = OperationState::Error;
-            }
+            last_operation(&mut failed).state = OperationState::Error;
             assert!(!admit_update(&old, &failed, m), "{op}: own Error status");
             let mut finalized = old.clone();
             finalized.metadata.finalizers = Some(vec!["f".into()]);
@@ -326,14 +309,7 @@ mod tests {
         let touched = annotate(old.clone(), "gardener.cloud/timestamp", "now");
         assert!(admit_update(&old, &touched, m));
         let mut status_only = old.clone();
-        status_only
-            .status
-            .as_mut()
-            .unwrap()
-            .last_operation
-            .as_mut()
-            .unwrap()
-            .state = OperationState::Processing;
+        last_operation(&mut status_only).state = OperationState::Processing;
         assert!(!admit_update(&old, &status_only, m));
     }
 

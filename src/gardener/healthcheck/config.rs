@@ -209,7 +209,7 @@ mod tests {
     use futures::future::BoxFuture;
 
     use super::*;
-    use crate::gardener::api::ExtensionSpec;
+    use crate::gardener::api::extension::test_extension;
     use crate::gardener::healthcheck::check::CheckContext;
     use crate::gardener::healthcheck::result::CheckResult;
 
@@ -226,17 +226,7 @@ mod tests {
     }
 
     fn extension(ns: &str, type_: &str, class: Option<&str>) -> Extension {
-        let mut e = Extension::new(
-            type_,
-            ExtensionSpec {
-                type_: type_.into(),
-                class: class.map(String::from),
-                provider_config: None,
-                provider_config_error: None,
-            },
-        );
-        e.metadata.namespace = Some(ns.into());
-        e
+        test_extension(ns, type_, type_, class)
     }
 
     #[test]

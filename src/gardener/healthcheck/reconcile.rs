@@ -433,8 +433,9 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     use super::*;
+    use crate::gardener::api::extension::test_extension;
     use crate::gardener::api::{
-        ConditionStatus, ErrorCode, ExtensionSpec, ExtensionStatus, LastOperation, OperationState,
+        ConditionStatus, ErrorCode, ExtensionStatus, LastOperation, OperationState,
     };
     use crate::gardener::healthcheck::condition::ConditionUpdate;
     use crate::gardener::healthcheck::verdict::{
@@ -446,17 +447,7 @@ mod tests {
     }
 
     fn extension() -> Extension {
-        let mut e = Extension::new(
-            "containerd-shim",
-            ExtensionSpec {
-                type_: "containerd-shim".into(),
-                class: None,
-                provider_config: None,
-                provider_config_error: None,
-            },
-        );
-        e.metadata.namespace = Some("shoot--p--s".into());
-        e
+        test_extension("shoot--p--s", "containerd-shim", "containerd-shim", None)
     }
 
     fn last_operation(type_: OperationType, state: OperationState) -> LastOperation {

@@ -177,7 +177,7 @@ mod tests {
     use kube::runtime::watcher::Event;
 
     use super::*;
-    use crate::gardener::api::ExtensionSpec;
+    use crate::gardener::api::extension::test_extension;
     use crate::gardener::healthcheck::bookkeeping::PendingWrite;
 
     fn config() -> Arc<HealthCheckConfig> {
@@ -185,16 +185,7 @@ mod tests {
     }
 
     fn ext(ns: &str, name: &str, type_: &str, class: Option<&str>, generation: i64) -> Extension {
-        let mut e = Extension::new(
-            name,
-            ExtensionSpec {
-                type_: type_.into(),
-                class: class.map(String::from),
-                provider_config: None,
-                provider_config_error: None,
-            },
-        );
-        e.metadata.namespace = Some(ns.into());
+        let mut e = test_extension(ns, name, type_, class);
         e.metadata.generation = Some(generation);
         e
     }

@@ -122,6 +122,15 @@ fn plan(
     })
 }
 
+/// The plan of this process, whose leader-election namespace defaults to its pod's.
+fn plan_in_this_pod(
+    options: &RuntimeOptions,
+    extension_name: &str,
+    controllers: &[&'static str],
+) -> Result<Plan, RuntimeError> {
+    plan(options, extension_name, controllers, in_cluster_namespace())
+}
+
 fn in_cluster_namespace() -> Option<String> {
     std::fs::read_to_string(IN_CLUSTER_NAMESPACE_FILE)
         .ok()
@@ -204,12 +213,7 @@ impl Manager {
         extension_name: &str,
         controllers: &[&'static str],
     ) -> Result<Manager, RuntimeError> {
-        let plan = plan(
-            &options,
-            extension_name,
-            controllers,
-            in_cluster_namespace(),
-        )?;
+        let plan = plan_in_this_pod(&options, extension_name, controllers)?;
         let client = build_client(options.kubeconfig.as_deref()).await?;
         Ok(Manager::assemble(options, extension_name, plan, client))
     }
@@ -221,12 +225,7 @@ impl Manager {
         controllers: &[&'static str],
         client: Client,
     ) -> Result<Manager, RuntimeError> {
-        let plan = plan(
-            &options,
-            extension_name,
-            controllers,
-            in_cluster_namespace(),
-        )?;
+        let plan = plan_in_this_pod(&options, extension_name, controllers)?;
         Ok(Manager::assemble(options, extension_name, plan, client))
     }
 
@@ -463,38 +462,24 @@ fn controller_tasks(
 mod tests {
     use std::time::Duration;
 
-    use clap::Parser;
-
+    use super::super::options::testing::parse_ok;
     use super::*;
-
-    #[derive(Debug, Parser)]
-    struct TestCli {
-        #[command(flatten)]
-        options: RuntimeOptions,
-    }
-
-    fn options(args: &[&str]) -> RuntimeOptions {
-        match TestCli::try_parse_from(std::iter::once("test").chain(args.iter().copied())) {
-            Ok(cli) => cli.options,
-            Err(e) => panic!("{args:?}: {e}"),
-        }
-    }
 
     const CONTROLLERS: &[&str] = &["extension", "healthcheck"];
 
     #[test]
     fn heartbeat_is_always_known_and_needs_its_namespace() {
-        let o = options(&["--leader-election=false"]);
+        let o = parse_ok(&["--leader-election=false"]);
         let err = plan(&o, "containerd-shim", CONTROLLERS, None)
             .expect_err("heartbeat needs a namespace");
         assert!(err.to_string().contains("--heartbeat-namespace"), "{err}");
 
-        let o = options(&["--leader-election=false", "--disable-controllers=heartbeat"]);
+        let o = parse_ok(&["--leader-election=false", "--disable-controllers=heartbeat"]);
         let p = plan(&o, "containerd-shim", CONTROLLERS, None).expect("heartbeat disabled");
         assert_eq!(p.known, ["extension", "healthcheck", "heartbeat"]);
         assert!(p.heartbeat.is_none() && p.leader_election.is_none());
 
-        let o = options(&[
+        let o = parse_ok(&[
             "--leader-election=false",
             "--heartbeat-namespace=garden",
             "--heartbeat-renew-interval-seconds=7",
@@ -509,7 +494,7 @@ mod tests {
 
     #[test]
     fn leader_election_defaults() {
-        let o = options(&["--disable-controllers=heartbeat"]);
+        let o = parse_ok(&["--disable-controllers=heartbeat"]);
         let err = plan(&o, "containerd-shim", CONTROLLERS, None)
             .expect_err("no namespace outside a cluster");
         assert!(
@@ -529,7 +514,7 @@ mod tests {
         assert_eq!(le.namespace, "extension-x");
         assert!(!le.identity.is_empty());
 
-        let o = options(&[
+        let o = parse_ok(&[
             "--disable-controllers=heartbeat",
             "--leader-election-id=custom",
             "--leader-election-namespace=ns",
@@ -546,7 +531,7 @@ mod tests {
 
     #[test]
     fn unknown_controllers_fail_before_anything_else() {
-        let o = options(&["--disable-controllers=bogus"]);
+        let o = parse_ok(&["--disable-controllers=bogus"]);
         let err = plan(&o, "containerd-shim", CONTROLLERS, None).expect_err("bogus");
         assert!(
             matches!(err, RuntimeError::UnknownController { ref name, .. } if name == "bogus"),
@@ -556,7 +541,7 @@ mod tests {
 
     #[tokio::test]
     async fn add_controller_checks_names() {
-        let o = options(&[
+        let o = parse_ok(&[
             "--leader-election=false",
             "--disable-controllers=heartbeat",
             "--kubeconfig=/nonexistent",

@@ -13,7 +13,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 
 /// The outcome of one call of a reconcile function, as controller-runtime labels it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -143,6 +143,13 @@ fn operation_histogram() -> Histogram {
     Histogram::new(OPERATION_BUCKETS)
 }
 
+/// Registers `metric` and returns it; clones share their series, so it is the handle that
+/// updates what the registry encodes.
+fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
 /// The handle controllers report through. Cheap to clone; every clone updates the same series.
 #[derive(Clone, Debug)]
 pub struct ReconcileMetrics {
@@ -156,40 +163,39 @@ pub struct ReconcileMetrics {
 impl ReconcileMetrics {
     /// Registers the families in `registry`.
     pub fn register(registry: &mut Registry) -> ReconcileMetrics {
-        let metrics = ReconcileMetrics {
-            reconcile_total: Family::default(),
-            reconcile_errors_total: Family::default(),
-            reconcile_time_seconds: Family::new_with_constructor(reconcile_histogram),
-            operations_total: Family::default(),
-            operation_duration_seconds: Family::new_with_constructor(operation_histogram),
-        };
         // Counter names get their `_total` suffix from the encoder.
-        registry.register(
-            "controller_runtime_reconcile",
-            "Total number of reconciliations per controller",
-            metrics.reconcile_total.clone(),
-        );
-        registry.register(
-            "controller_runtime_reconcile_errors",
-            "Total number of reconciliation errors per controller",
-            metrics.reconcile_errors_total.clone(),
-        );
-        registry.register(
-            "controller_runtime_reconcile_time_seconds",
-            "Length of time per reconciliation per controller",
-            metrics.reconcile_time_seconds.clone(),
-        );
-        registry.register(
-            "gardener_extension_operations",
-            "Total number of extension operations per controller, operation and result",
-            metrics.operations_total.clone(),
-        );
-        registry.register(
-            "gardener_extension_operation_duration_seconds",
-            "Length of time per extension operation per controller and operation",
-            metrics.operation_duration_seconds.clone(),
-        );
-        metrics
+        ReconcileMetrics {
+            reconcile_total: registered(
+                registry,
+                "controller_runtime_reconcile",
+                "Total number of reconciliations per controller",
+                Family::default(),
+            ),
+            reconcile_errors_total: registered(
+                registry,
+                "controller_runtime_reconcile_errors",
+                "Total number of reconciliation errors per controller",
+                Family::default(),
+            ),
+            reconcile_time_seconds: registered(
+                registry,
+                "controller_runtime_reconcile_time_seconds",
+                "Length of time per reconciliation per controller",
+                Family::new_with_constructor(reconcile_histogram),
+            ),
+            operations_total: registered(
+                registry,
+                "gardener_extension_operations",
+                "Total number of extension operations per controller, operation and result",
+                Family::default(),
+            ),
+            operation_duration_seconds: registered(
+                registry,
+                "gardener_extension_operation_duration_seconds",
+                "Length of time per extension operation per controller and operation",
+                Family::new_with_constructor(operation_histogram),
+            ),
+        }
     }
 
     /// Creates the series of `controller` at zero, as controller-runtime does when a controller
@@ -261,15 +267,14 @@ pub struct LeaderMetrics {
 
 impl LeaderMetrics {
     pub fn register(registry: &mut Registry) -> LeaderMetrics {
-        let metrics = LeaderMetrics {
-            status: Family::default(),
-        };
-        registry.register(
-            "leader_election_master_status",
-            "Whether this replica is the leader (1) or a stand-by (0) for the named Lease",
-            metrics.status.clone(),
-        );
-        metrics
+        LeaderMetrics {
+            status: registered(
+                registry,
+                "leader_election_master_status",
+                "Whether this replica is the leader (1) or a stand-by (0) for the named Lease",
+                Family::default(),
+            ),
+        }
     }
 
     pub fn set(&self, lease: &str, leader: bool) {

@@ -14,6 +14,23 @@ use clap::{ArgAction, Args, ValueEnum};
 
 use super::error::RuntimeError;
 
+/// Turns a `bool` argument into a flag the way Go's flag package reads one: bare (`--x`) or
+/// with `=` (`--x=false`), never as `--x false`. Charts written for Gardener's Go extensions
+/// pass boolean flags like this. Given as the derive attribute `go_bool_flag()`.
+pub trait GoBoolFlag {
+    fn go_bool_flag(self) -> Self;
+}
+
+impl GoBoolFlag for clap::Arg {
+    fn go_bool_flag(self) -> Self {
+        self.value_name("BOOL")
+            .num_args(0..=1)
+            .require_equals(true)
+            .default_missing_value("true")
+            .action(ArgAction::Set)
+    }
+}
+
 /// The minimum level of log events that are written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogLevel {
@@ -44,15 +61,7 @@ pub struct RuntimeOptions {
 
     /// Elect a leader among the replicas through a Lease; only the leader reconciles. With
     /// `=false` this process reconciles right away.
-    #[arg(
-        long,
-        value_name = "BOOL",
-        default_value_t = true,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        action = ArgAction::Set
-    )]
+    #[arg(long, default_value_t = true, go_bool_flag())]
     pub leader_election: bool,
 
     /// Name of the leader-election Lease [default: <extension name>-leader-election].
@@ -366,11 +375,12 @@ pub fn format_duration(d: Duration) -> String {
     }
 }
 
+/// The flags parsed the way a binary that flattens them does.
 #[cfg(test)]
-mod tests {
+pub(super) mod testing {
     use clap::Parser;
 
-    use super::*;
+    use super::RuntimeOptions;
 
     #[derive(Debug, Parser)]
     struct TestCli {
@@ -378,17 +388,23 @@ mod tests {
         options: RuntimeOptions,
     }
 
-    fn parse(args: &[&str]) -> Result<RuntimeOptions, clap::Error> {
+    pub fn parse(args: &[&str]) -> Result<RuntimeOptions, clap::Error> {
         TestCli::try_parse_from(std::iter::once("test").chain(args.iter().copied()))
             .map(|c| c.options)
     }
 
-    fn parse_ok(args: &[&str]) -> RuntimeOptions {
+    pub fn parse_ok(args: &[&str]) -> RuntimeOptions {
         match parse(args) {
             Ok(options) => options,
             Err(e) => panic!("{args:?} should parse: {e}"),
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{parse, parse_ok};
+    use super::*;
 
     const KNOWN: &[&str] = &["extension", "healthcheck", "heartbeat"];
 
@@ -438,6 +454,7 @@ mod tests {
         assert!(!parse_ok(&["--leader-election=false"]).leader_election);
         assert!(parse_ok(&["--leader-election=true"]).leader_election);
         assert!(parse(&["--leader-election=maybe"]).is_err());
+        assert!(parse(&["--leader-election", "false"]).is_err());
     }
 
     #[test]

@@ -35,6 +35,17 @@ fn one(shim: Value) -> Value {
     config(json!([shim]))
 }
 
+/// A providerConfig whose one custom shim would pass but for what `spoil` changes.
+fn custom_spoiled(spoil: impl FnOnce(&mut Value)) -> Value {
+    let mut shim = custom(image_binary("example.com/foo:v1", "/foo"));
+    spoil(&mut shim);
+    one(shim)
+}
+
+fn rollout(rollout: Value) -> Value {
+    json!({"apiVersion": API_VERSION, "kind": KIND, "rollout": rollout})
+}
+
 fn cases() -> Vec<Case> {
     let good_url = "https://example.com/shim";
     vec![
@@ -220,11 +231,7 @@ fn cases() -> Vec<Case> {
         },
         Case {
             name: "custom option key that is not a TOML bare key",
-            provider_config: one(json!({
-                "name": "foo", "workerPools": ["worker-a"], "options": {"a.b": 1},
-                "custom": {"runtimeType": "io.containerd.foo.v1", "version": "v1",
-                           "binaries": [image_binary("example.com/foo:v1", "/foo")]}
-            })),
+            provider_config: custom_spoiled(|shim| shim["options"] = json!({"a.b": 1})),
             path: "providerConfig.shims[0].options[a.b]",
             value: "\"a.b\"",
         },
@@ -244,11 +251,7 @@ fn cases() -> Vec<Case> {
         },
         Case {
             name: "path-like custom version",
-            provider_config: one(json!({
-                "name": "foo", "workerPools": ["worker-a"],
-                "custom": {"runtimeType": "io.containerd.foo.v1", "version": "../v1",
-                           "binaries": [image_binary("example.com/foo:v1", "/foo")]}
-            })),
+            provider_config: custom_spoiled(|shim| shim["custom"]["version"] = json!("../v1")),
             path: "providerConfig.shims[0].custom.version",
             value: "\"../v1\"",
         },
@@ -266,40 +269,29 @@ fn cases() -> Vec<Case> {
         },
         Case {
             name: "malformed runtime type",
-            provider_config: one(json!({
-                "name": "foo", "workerPools": ["worker-a"],
-                "custom": {"runtimeType": "containerd-shim-foo-v1", "version": "v1",
-                           "binaries": [image_binary("example.com/foo:v1", "/foo")]}
-            })),
+            provider_config: custom_spoiled(|shim| {
+                shim["custom"]["runtimeType"] = json!("containerd-shim-foo-v1")
+            }),
             path: "providerConfig.shims[0].custom.runtimeType",
             value: "\"containerd-shim-foo-v1\"",
         },
         Case {
             name: "custom shim claiming runc",
-            provider_config: one(json!({
-                "name": "foo", "workerPools": ["worker-a"],
-                "custom": {"runtimeType": "io.containerd.runc.v2", "version": "v1",
-                           "binaries": [image_binary("example.com/foo:v1", "/foo")]}
-            })),
+            provider_config: custom_spoiled(|shim| {
+                shim["custom"]["runtimeType"] = json!("io.containerd.runc.v2")
+            }),
             path: "providerConfig.shims[0].custom.runtimeType",
             value: "\"io.containerd.runc.v2\"",
         },
         Case {
             name: "custom shim without binaries",
-            provider_config: one(json!({
-                "name": "foo", "workerPools": ["worker-a"],
-                "custom": {"runtimeType": "io.containerd.foo.v1", "version": "v1", "binaries": []}
-            })),
+            provider_config: custom_spoiled(|shim| shim["custom"]["binaries"] = json!([])),
             path: "providerConfig.shims[0].custom.binaries",
             value: "[]",
         },
         Case {
             name: "both catalog and custom",
-            provider_config: one(json!({
-                "name": "foo", "catalog": {"name": "spin"},
-                "custom": {"runtimeType": "io.containerd.foo.v1", "version": "v1",
-                           "binaries": [image_binary("example.com/foo:v1", "/foo")]}
-            })),
+            provider_config: custom_spoiled(|shim| shim["catalog"] = json!({"name": "spin"})),
             path: "providerConfig.shims[0]",
             value: "both catalog and custom",
         },
@@ -384,22 +376,19 @@ fn cases() -> Vec<Case> {
         },
         Case {
             name: "zero concurrent restarts",
-            provider_config: json!({"apiVersion": API_VERSION, "kind": KIND,
-                                    "rollout": {"maxConcurrentRestarts": 0}}),
+            provider_config: rollout(json!({"maxConcurrentRestarts": 0})),
             path: "providerConfig.rollout.maxConcurrentRestarts",
             value: "0",
         },
         Case {
             name: "maxUnavailable above 100%",
-            provider_config: json!({"apiVersion": API_VERSION, "kind": KIND,
-                                    "rollout": {"maxUnavailable": "150%"}}),
+            provider_config: rollout(json!({"maxUnavailable": "150%"})),
             path: "providerConfig.rollout.maxUnavailable",
             value: "\"150%\"",
         },
         Case {
             name: "maxUnavailable zero",
-            provider_config: json!({"apiVersion": API_VERSION, "kind": KIND,
-                                    "rollout": {"maxUnavailable": 0}}),
+            provider_config: rollout(json!({"maxUnavailable": 0})),
             path: "providerConfig.rollout.maxUnavailable",
             value: "0",
         },

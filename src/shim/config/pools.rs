@@ -119,24 +119,7 @@ pub fn architectures(pools: &[SelectedPool]) -> BTreeSet<Arch> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gardener::api::cluster::{Cri, Machine};
-
-    fn pool(name: &str, cri: Option<&str>, arch: Option<&str>) -> WorkerPool {
-        WorkerPool {
-            name: name.into(),
-            cri: cri.map(|c| Cri { name: c.into() }),
-            machine: Machine {
-                architecture: arch.map(Into::into),
-            },
-            ..WorkerPool::default()
-        }
-    }
-
-    fn shoot(pools: Vec<WorkerPool>) -> Shoot {
-        let mut shoot = Shoot::default();
-        shoot.spec.provider.workers = pools;
-        shoot
-    }
+    use crate::shim::config::test_support::{pool, shoot_with};
 
     fn path() -> FieldPath {
         FieldPath::root()
@@ -147,7 +130,7 @@ mod tests {
 
     #[test]
     fn unset_takes_every_containerd_pool_and_skips_others() {
-        let shoot = shoot(vec![
+        let shoot = shoot_with(vec![
             pool("a", None, None),
             pool("b", Some("other"), None),
             pool("c", Some("containerd"), Some("arm64")),
@@ -161,7 +144,7 @@ mod tests {
 
     #[test]
     fn named_pools_must_exist_run_containerd_and_be_unique() {
-        let shoot = shoot(vec![pool("a", None, None), pool("b", Some("other"), None)]);
+        let shoot = shoot_with(vec![pool("a", None, None), pool("b", Some("other"), None)]);
         let mut errors = Vec::new();
         let requested = vec!["a".to_owned(), "b".into(), "zz".into(), "a".into()];
         let selected = select(Some(&requested), &shoot, &path(), &mut errors);
@@ -180,16 +163,16 @@ mod tests {
     #[test]
     fn no_containerd_pool_empty_list_and_unknown_arch_are_errors() {
         let mut errors = Vec::new();
-        select(None, &shoot(vec![]), &path(), &mut errors);
+        select(None, &shoot_with(vec![]), &path(), &mut errors);
         select(
             Some(&[]),
-            &shoot(vec![pool("a", None, None)]),
+            &shoot_with(vec![pool("a", None, None)]),
             &path(),
             &mut errors,
         );
         select(
             None,
-            &shoot(vec![pool("s", None, Some("s390x"))]),
+            &shoot_with(vec![pool("s", None, Some("s390x"))]),
             &path(),
             &mut errors,
         );

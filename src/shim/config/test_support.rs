@@ -13,21 +13,23 @@ pub fn catalog() -> Catalog {
 /// A Shoot with pools `worker-a` (containerd, amd64), `worker-b` (containerd, arm64) and
 /// `legacy` (another CRI).
 pub fn shoot() -> Shoot {
-    let mut shoot = Shoot::default();
-    shoot.spec.kubernetes.version = "1.33.2".into();
-    shoot.spec.provider.workers = vec![
+    shoot_with(vec![
         pool("worker-a", None, None),
         pool("worker-b", Some("containerd"), Some("arm64")),
         pool("legacy", Some("docker"), None),
-    ];
-    shoot
+    ])
 }
 
 /// A Shoot with the single pool `worker-a`.
 pub fn single_pool_shoot() -> Shoot {
+    shoot_with(vec![pool("worker-a", None, None)])
+}
+
+/// A Shoot of a Kubernetes version every shim supports, with these pools.
+pub fn shoot_with(pools: Vec<WorkerPool>) -> Shoot {
     let mut shoot = Shoot::default();
     shoot.spec.kubernetes.version = "1.33.2".into();
-    shoot.spec.provider.workers = vec![pool("worker-a", None, None)];
+    shoot.spec.provider.workers = pools;
     shoot
 }
 
