@@ -27,14 +27,14 @@ use kube::{Api, Client, ResourceExt};
 
 use crate::desired_shims::Rollout;
 use crate::gardener::api::managed_resource::Unhealthy;
-use crate::gardener::api::{ErrorCode, Extension, ManagedResource, Shoot};
-use crate::gardener::error_codes::CodedError;
+use crate::gardener::api::{Extension, ManagedResource, Shoot};
 use crate::gardener::extension::{Actuator, ActuatorContext, Outcome};
-use crate::gardener::imagevector::{ImageVector, ImageVectorError};
+use crate::gardener::imagevector::ImageVector;
 use crate::gardener::managed_resource::{self, Manifest, SecretData, catch_up, leftovers};
-use crate::gardener::shoot_client::{ShootClientError, ShootClients};
+use crate::gardener::shoot_client::ShootClients;
 use crate::shim::bundle_kinds;
-use crate::shim::config::{self, Catalog, ConfigError, desired, images};
+use crate::shim::config::{self, Catalog, desired, images};
+pub use crate::shim::error::ShimError;
 use crate::shim::render::{self, BundleInput};
 
 /// Name of the ManagedResource in the shoot namespace.
@@ -72,43 +72,6 @@ pub struct ShimActuator {
     images: Arc<ImageVector>,
     settings: ActuatorSettings,
     shoot_clients: ShootClients,
-}
-
-/// Why an operation failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ShimError {
-    /// The shoot owner's providerConfig is invalid; fixing it is up to them.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    #[error("the Cluster of namespace {namespace} embeds no Shoot")]
-    NoShoot { namespace: String },
-    /// The operator's image vector or catalog does not serve what the configuration needs.
-    #[error(transparent)]
-    Images(#[from] desired::DesiredError),
-    #[error("the image vector has no usable installer image: {0}")]
-    InstallerImage(#[source] ImageVectorError),
-    #[error(transparent)]
-    ManagedResource(#[from] managed_resource::Error),
-    #[error("cannot read ManagedResource {namespace}/{name}: {source}")]
-    Read {
-        namespace: String,
-        name: String,
-        #[source]
-        source: kube::Error,
-    },
-    /// The shoot cannot be looked into for objects left behind.
-    #[error(transparent)]
-    ShootAccess(#[from] ShootClientError),
-}
-
-impl CodedError for ShimError {
-    fn codes(&self) -> Vec<ErrorCode> {
-        match self {
-            ShimError::Config(e) => e.codes(),
-            ShimError::ManagedResource(e) => e.codes(),
-            _ => Vec::new(),
-        }
-    }
 }
 
 /// How far writing the install bundle got.

@@ -5,6 +5,7 @@ pub mod actuator;
 pub mod bundle_kinds;
 pub mod config;
 pub mod controllers;
+pub mod error;
 pub mod health;
 pub mod offline;
 pub mod render;

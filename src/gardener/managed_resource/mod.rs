@@ -23,16 +23,17 @@ pub mod catch_up;
 pub mod desired;
 pub mod leftovers;
 pub mod secret;
+pub mod wait;
 
 use std::time::Duration;
 
 pub use apply::{
-    Awaited, DEFAULT_POLL_INTERVAL, ShootBundle, Wait, create_or_update_for_seed,
-    create_or_update_for_shoot, create_shoot_bundle, delete, referenced_objects, set_keep_objects,
-    update_shoot_bundle, wait_until, wait_until_deleted,
+    ShootBundle, create_or_update_for_seed, create_or_update_for_shoot, create_shoot_bundle,
+    delete, referenced_objects, set_keep_objects, update_shoot_bundle,
 };
 pub use desired::DesiredManagedResource;
 pub use secret::{Manifest, Scope, SecretData, decode, decode_secret, pack};
+pub use wait::{Awaited, DEFAULT_POLL_INTERVAL, Wait, wait_until, wait_until_deleted};
 
 use super::api::ErrorCode;
 use super::error_codes::CodedError;
