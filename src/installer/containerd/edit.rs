@@ -73,8 +73,13 @@ pub(crate) fn reconcile_runtimes(
         let previous = previous_handlers
             .iter()
             .find(|owned| owned.handler == desired.handler && owned.table == table_path);
-        let handler = write_runtime(doc, edit, desired, previous, &mut created, &mut outcome)?;
-        outcome.handlers.push(handler);
+        let handler = HandlerEdit {
+            desired,
+            previous,
+            table_path,
+        };
+        let owned = write_runtime(doc, edit, handler, &mut created, &mut outcome)?;
+        outcome.handlers.push(owned);
     }
     outcome.kept = reconcile_kept(doc, edit, &mut created, &mut outcome)?;
 
@@ -102,13 +107,11 @@ pub(crate) fn remove_owned(doc: &mut DocumentMut, owned: &OwnedFile) -> bool {
 fn write_runtime(
     doc: &mut DocumentMut,
     edit: &RuntimeEdit<'_>,
-    desired: &RuntimeEntry,
-    previous: Option<&OwnedHandler>,
+    handler: HandlerEdit<'_>,
     created: &mut BTreeSet<KeyPath>,
     outcome: &mut EditOutcome,
 ) -> Result<OwnedHandler, ConfigError> {
     let runtimes_path = edit.version.runtimes_table();
-    let table_path = runtimes_path.join([desired.handler.as_str()]);
     let runtimes = ensure_tables(
         doc.as_table_mut(),
         edit.path,
@@ -119,18 +122,14 @@ fn write_runtime(
     let style = edit
         .style
         .clone()
-        .unwrap_or_else(|| RuntimeStyle::infer(runtimes, &desired.handler));
+        .unwrap_or_else(|| RuntimeStyle::infer(runtimes, &handler.desired.handler));
 
-    let table = runtime_table(
-        runtimes,
-        edit,
+    let table = runtime_table(runtimes, edit, &handler, &style, created, outcome)?;
+    let HandlerEdit {
         desired,
         previous,
-        &table_path,
-        &style,
-        created,
-        outcome,
-    )?;
+        table_path,
+    } = handler;
 
     let wanted = desired_values(desired);
     let wanted_keys: BTreeSet<KeyPath> = wanted.iter().map(|(key, _)| key.clone()).collect();
@@ -164,19 +163,29 @@ fn write_runtime(
     })
 }
 
+/// One of our handlers as it is written: the runtime wanted, our record of it in this file
+/// from before, and where its table is.
+struct HandlerEdit<'a> {
+    desired: &'a RuntimeEntry,
+    previous: Option<&'a OwnedHandler>,
+    table_path: KeyPath,
+}
+
 /// Our handler's table below `runtimes`, created when missing; an existing one we have no
 /// record of must be adoptable.
-#[allow(clippy::too_many_arguments)]
 fn runtime_table<'t>(
     runtimes: &'t mut Table,
     edit: &RuntimeEdit<'_>,
-    desired: &RuntimeEntry,
-    previous: Option<&OwnedHandler>,
-    table_path: &KeyPath,
+    handler: &HandlerEdit<'_>,
     style: &RuntimeStyle,
     created: &mut BTreeSet<KeyPath>,
     outcome: &mut EditOutcome,
 ) -> Result<&'t mut Table, ConfigError> {
+    let HandlerEdit {
+        desired,
+        previous,
+        ref table_path,
+    } = *handler;
     match runtimes.get(&desired.handler) {
         None => {
             let mut table = Table::new();

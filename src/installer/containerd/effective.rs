@@ -341,21 +341,23 @@ mod tests {
 
     #[test]
     fn a_lost_default_runtime_is_named() {
-        let after = r#"imports = ["/etc/containerd/config.toml"]
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "registry.k8s.io/pause:3.6"
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.crun]
+        // Our runtime in place of the runc table containerd provided by itself.
+        let runc = BEFORE
+            .find(r#"    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]"#)
+            .unwrap();
+        let after = format!(
+            r#"{}    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.crun]
       runtime_type = "io.containerd.runc.v2"
-"#;
+"#,
+            &BEFORE[..runc]
+        );
         let ours = Ours {
             handlers: ["crun".to_string()].into(),
         };
         let err = ensure_only_ours_changed(
             Path::new("/etc/containerd/config.toml"),
             &parse(BEFORE),
-            &parse(after),
+            &parse(&after),
             &ours,
         )
         .unwrap_err()

@@ -62,23 +62,16 @@ pub(super) fn edit_config(
             (new_file_version, true)
         }
     };
-    let outcome = reconcile_runtimes(
-        &mut doc,
-        &RuntimeEdit {
-            path,
-            version,
-            desired: runtimes,
-            previous,
-            style: (before.is_none()).then(RuntimeStyle::generated),
-            kept,
-        },
-    )?;
-    let mut owned = OwnedFile::new(path, FileRole::Config);
-    owned.created = created;
-    owned.handlers = outcome.handlers;
-    owned.kept = outcome.kept;
-    owned.created_tables = outcome.created_tables;
-    let mut dirty = outcome.dirty || before.is_none();
+    let edit = RuntimeEdit {
+        path,
+        version,
+        desired: runtimes,
+        previous,
+        style: (before.is_none()).then(RuntimeStyle::generated),
+        kept,
+    };
+    let (mut owned, edited) = own_runtimes(&mut doc, &edit, FileRole::Config, created)?;
+    let mut dirty = edited || before.is_none();
     if let Some(entry) = import {
         dirty |= ensure_import(path, &mut doc, &entry, previous, &mut owned)?;
     } else if let Some(previous) = previous {
@@ -132,21 +125,16 @@ pub(super) fn generate_drop_in(
     // Always declared, and equal to the main file's: containerd migrates each file by its own
     // version, so a drop-in without one would be read as v1.
     doc.insert("version", toml_edit::value(version.number()));
-    let outcome = reconcile_runtimes(
-        &mut doc,
-        &RuntimeEdit {
-            path,
-            version,
-            desired: runtimes,
-            previous: None,
-            style: Some(RuntimeStyle::generated()),
-            kept: None,
-        },
-    )?;
-    let mut owned = OwnedFile::new(path, role.clone());
-    owned.created = true;
-    owned.handlers = outcome.handlers;
-    owned.created_tables = outcome.created_tables;
+    // Generated anew each time: nothing from before carries over.
+    let edit = RuntimeEdit {
+        path,
+        version,
+        desired: runtimes,
+        previous: None,
+        style: Some(RuntimeStyle::generated()),
+        kept: None,
+    };
+    let (owned, _) = own_runtimes(&mut doc, &edit, role.clone(), true)?;
     Ok(FileOutcome {
         path: path.to_path_buf(),
         role,
@@ -154,6 +142,23 @@ pub(super) fn generate_drop_in(
         after: Some(format!("{DROP_IN_HEADER}{doc}")),
         owned,
     })
+}
+
+/// Reconciles our runtime tables in `doc`; returns the file's record of them and whether the
+/// document changed.
+fn own_runtimes(
+    doc: &mut DocumentMut,
+    edit: &RuntimeEdit<'_>,
+    role: FileRole,
+    created: bool,
+) -> Result<(OwnedFile, bool), ConfigError> {
+    let outcome = reconcile_runtimes(doc, edit)?;
+    let mut owned = OwnedFile::new(edit.path, role);
+    owned.created = created;
+    owned.handlers = outcome.handlers;
+    owned.kept = outcome.kept;
+    owned.created_tables = outcome.created_tables;
+    Ok((owned, outcome.dirty))
 }
 
 /// A file at our drop-in path that we have no record of is ours only if every runtime in it

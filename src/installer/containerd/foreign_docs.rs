@@ -16,6 +16,8 @@
 
 use proptest::prelude::*;
 
+use super::test_support::{LineEdit, line_edits};
+
 /// The bytes a document is built from.
 pub(super) fn seeds() -> impl Strategy<Value = Vec<u8>> {
     prop::collection::vec(any::<u8>(), 48..256)
@@ -417,32 +419,16 @@ pub(super) fn imports_lines(text: &str) -> Vec<usize> {
 }
 
 /// The line changes from `old` to `new`: indices of `old`'s lines that are gone and of `new`'s
-/// lines that are added (a longest common subsequence of lines; the files are small).
+/// lines that are added.
 pub(super) fn line_changes(old: &str, new: &str) -> (Vec<usize>, Vec<usize>) {
     let a: Vec<&str> = old.trim_start_matches('\u{feff}').lines().collect();
     let b: Vec<&str> = new.trim_start_matches('\u{feff}').lines().collect();
-    let mut lcs = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for i in (0..a.len()).rev() {
-        for j in (0..b.len()).rev() {
-            lcs[i][j] = if a[i] == b[j] {
-                lcs[i + 1][j + 1] + 1
-            } else {
-                lcs[i + 1][j].max(lcs[i][j + 1])
-            };
-        }
-    }
-    let (mut i, mut j) = (0, 0);
     let (mut gone, mut added) = (Vec::new(), Vec::new());
-    while i < a.len() || j < b.len() {
-        if i < a.len() && j < b.len() && a[i] == b[j] {
-            i += 1;
-            j += 1;
-        } else if i < a.len() && (j == b.len() || lcs[i + 1][j] >= lcs[i][j + 1]) {
-            gone.push(i);
-            i += 1;
-        } else {
-            added.push(j);
-            j += 1;
+    for edit in line_edits(&a, &b) {
+        match edit {
+            LineEdit::Kept(_) => {}
+            LineEdit::Gone(i) => gone.push(i),
+            LineEdit::Added(j) => added.push(j),
         }
     }
     (gone, added)

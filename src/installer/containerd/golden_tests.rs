@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use crate::desired_shims::OptionValue;
 
+use super::test_support::{LineEdit, line_edits};
 use super::{
     ContainerdVersion, MemoryHost, Ownership, Plan, RuntimeEntry, locate, plan_install,
     plan_uninstall,
@@ -430,36 +431,18 @@ fn corpus_matches_golden_files() {
     );
 }
 
-/// A line diff (`-` expected, `+` produced) with two lines of context, from a longest common
-/// subsequence table; the files are small.
+/// A line diff (`-` expected, `+` produced) with two lines of context.
 pub(super) fn line_diff(expected: &str, produced: &str) -> String {
     let a: Vec<&str> = expected.lines().collect();
     let b: Vec<&str> = produced.lines().collect();
-    let mut lcs = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for i in (0..a.len()).rev() {
-        for j in (0..b.len()).rev() {
-            lcs[i][j] = if a[i] == b[j] {
-                lcs[i + 1][j + 1] + 1
-            } else {
-                lcs[i + 1][j].max(lcs[i][j + 1])
-            };
-        }
-    }
-    let mut ops = Vec::new();
-    let (mut i, mut j) = (0, 0);
-    while i < a.len() || j < b.len() {
-        if i < a.len() && j < b.len() && a[i] == b[j] {
-            ops.push((' ', a[i]));
-            i += 1;
-            j += 1;
-        } else if i < a.len() && (j == b.len() || lcs[i + 1][j] >= lcs[i][j + 1]) {
-            ops.push(('-', a[i]));
-            i += 1;
-        } else {
-            ops.push(('+', b[j]));
-            j += 1;
-        }
-    }
+    let ops: Vec<(char, &str)> = line_edits(&a, &b)
+        .into_iter()
+        .map(|edit| match edit {
+            LineEdit::Kept(i) => (' ', a[i]),
+            LineEdit::Gone(i) => ('-', a[i]),
+            LineEdit::Added(j) => ('+', b[j]),
+        })
+        .collect();
     let near_change = |k: usize| {
         let lo = k.saturating_sub(2);
         let hi = (k + 2).min(ops.len() - 1);

@@ -64,6 +64,8 @@ mod golden_tests;
 mod plan_tests;
 #[cfg(test)]
 mod proptests;
+#[cfg(test)]
+mod test_support;
 
 pub use config_version::ConfigVersion;
 pub use daemon_version::ContainerdVersion;

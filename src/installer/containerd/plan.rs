@@ -168,21 +168,22 @@ pub fn plan_install_keeping(
         }
     }
 
-    let present = runtimes.iter().map(ExpectedRuntime::of).collect();
-    let absent = previous
-        .handlers()
-        .filter(|owned| !runtimes.iter().any(|r| r.handler == owned.handler))
-        .map(ExpectedRuntime::owned)
-        .collect();
+    let check = DumpCheck {
+        containerd: target.containerd,
+        config: Some(validation_config),
+        present: runtimes.iter().map(ExpectedRuntime::of).collect(),
+        absent: previous
+            .handlers()
+            .filter(|owned| !runtimes.iter().any(|r| r.handler == owned.handler))
+            .map(ExpectedRuntime::owned)
+            .collect(),
+    };
     Ok(assemble(
         host,
         previous,
         Some(target.clone()),
-        target.containerd,
         outcomes,
-        Some(validation_config),
-        present,
-        absent,
+        check,
     ))
 }
 
@@ -218,6 +219,16 @@ fn edit_target(
     previous: &Ownership,
     kept: Option<&[KeptRuntime]>,
 ) -> Result<Vec<FileOutcome>, ConfigError> {
+    let drop_in = |file: &Path, main: &Path| {
+        generate_drop_in(
+            host,
+            file,
+            main,
+            target.version,
+            runtimes,
+            previous.file(file),
+        )
+    };
     Ok(match &target.strategy {
         WriteStrategy::InPlace { file } => vec![edit_config(
             host,
@@ -228,24 +239,10 @@ fn edit_target(
             previous.file(file),
             kept,
         )?],
-        WriteStrategy::DropIn { file, main } => vec![generate_drop_in(
-            host,
-            file,
-            main,
-            target.version,
-            runtimes,
-            previous.file(file),
-        )?],
+        WriteStrategy::DropIn { file, main } => vec![drop_in(file, main)?],
         WriteStrategy::DropInWithImport { file, main } => {
             let entry = utf8(file)?;
-            let drop_in = generate_drop_in(
-                host,
-                file,
-                main,
-                target.version,
-                runtimes,
-                previous.file(file),
-            )?;
+            let drop_in = drop_in(file, main)?;
             // The import goes only where a drop-in will exist to import.
             let import = drop_in.after.as_ref().map(|_| entry);
             let main = edit_config(
@@ -286,30 +283,37 @@ pub fn plan_uninstall(
         _ => by_role(|role| matches!(role, FileRole::Config)).map(|owned| owned.path.clone()),
     };
 
-    let absent = previous.handlers().map(ExpectedRuntime::owned).collect();
-    Ok(assemble(
-        host,
-        previous,
-        None,
+    let check = DumpCheck {
         containerd,
-        outcomes,
-        base,
-        Vec::new(),
-        absent,
-    ))
+        config: base,
+        present: Vec::new(),
+        absent: previous.handlers().map(ExpectedRuntime::owned).collect(),
+    };
+    Ok(assemble(host, previous, None, outcomes, check))
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What the validation of a plan that changes files checks: `containerd`'s dump of `config`
+/// (`None`: there is nothing to dump) shows the `present` runtimes and none of the `absent`.
+struct DumpCheck {
+    containerd: ContainerdVersion,
+    config: Option<PathBuf>,
+    present: Vec<ExpectedRuntime>,
+    absent: Vec<ExpectedRuntime>,
+}
+
 fn assemble(
     host: &dyn HostFs,
     previous: &Ownership,
     target: Option<Target>,
-    containerd: ContainerdVersion,
     outcomes: Vec<FileOutcome>,
-    base: Option<PathBuf>,
-    present: Vec<ExpectedRuntime>,
-    absent: Vec<ExpectedRuntime>,
+    check: DumpCheck,
 ) -> Plan {
+    let DumpCheck {
+        containerd,
+        config,
+        present,
+        absent,
+    } = check;
     let mut actions = Actions::default();
     // Drop-ins first, then the files that import them (see the module docs).
     let mut ordered: Vec<&FileOutcome> = outcomes.iter().collect();
@@ -330,7 +334,7 @@ fn assemble(
             .find(|o| o.path == path)
             .is_none_or(|o| o.after.is_some())
     };
-    let validation = base
+    let validation = config
         .filter(|config| changed && exists_after(config))
         .map(|config| Validation {
             containerd,

@@ -7,25 +7,13 @@ use std::path::{Path, PathBuf};
 use crate::desired_shims::OptionValue;
 
 use super::golden_tests::{fixture, gvisor, spin};
+use super::test_support::install;
 use super::*;
 
 const MAIN: &str = "/etc/containerd/config.toml";
 const DROP_IN: &str = "/etc/containerd/conf.d/50-containerd-shim.toml";
 const C1: ContainerdVersion = ContainerdVersion::new(1, 7, 27);
 const C2: ContainerdVersion = ContainerdVersion::new(2, 3, 7);
-
-/// Locates, plans and applies an install; returns the plan.
-fn install(
-    host: &mut MemoryHost,
-    containerd: ContainerdVersion,
-    runtimes: &[RuntimeEntry],
-    previous: &Ownership,
-) -> Plan {
-    let target = locate(host, containerd, None).unwrap();
-    let plan = plan_install(host, &target, runtimes, previous).unwrap();
-    host.apply(&plan);
-    plan
-}
 
 fn uninstall(host: &mut MemoryHost, containerd: ContainerdVersion, previous: &Ownership) -> Plan {
     let plan = plan_uninstall(host, containerd, previous).unwrap();
@@ -40,6 +28,13 @@ fn try_install(
 ) -> Result<Plan, ConfigError> {
     let target = locate(host, containerd, None)?;
     plan_install(host, &target, runtimes, &Ownership::default())
+}
+
+/// Installing `runtimes` over this main config fails, saying `expected`.
+fn expect_install_error(main: &str, runtimes: &[RuntimeEntry], expected: &str) {
+    let host = MemoryHost::new().with(MAIN, main);
+    let err = try_install(&host, C1, runtimes).unwrap_err().to_string();
+    assert!(err.contains(expected), "expected {expected:?} in: {err}");
 }
 
 fn main_text(host: &MemoryHost) -> &str {
@@ -425,72 +420,55 @@ fn line_endings_dotted_keys_and_missing_final_newline_survive() {
 
 #[test]
 fn errors_plan_nothing() {
-    let host = MemoryHost::new().with(MAIN, "version = 2\n");
-    let cases: Vec<(MemoryHost, Vec<RuntimeEntry>, &str)> = vec![
+    let refused_runtimes: [(Vec<RuntimeEntry>, &str); 2] = [
         (
-            host.clone(),
             vec![RuntimeEntry {
                 handler: "Spin".into(),
                 ..spin()
             }],
             "runtime handler \"Spin\" is invalid",
         ),
-        (host.clone(), vec![spin(), spin()], "listed more than once"),
+        (vec![spin(), spin()], "listed more than once"),
+    ];
+    for (runtimes, expected) in refused_runtimes {
+        expect_install_error("version = 2\n", &runtimes, expected);
+    }
+    let cri = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n";
+    let our_spin = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.spin]\nruntime_path = \"/var/lib/containerd-shim/bin/containerd-shim-spin-v2\"\n";
+    let refused_configs = [
         (
-            MemoryHost::new().with(MAIN, "version = 2\n[plugins\n"),
-            vec![spin()],
+            "version = 2\n[plugins\n".to_string(),
             "/etc/containerd/config.toml is not valid TOML",
         ),
+        ("version = 7\n".to_string(), "`version = 7`"),
         (
-            MemoryHost::new().with(MAIN, "version = 7\n"),
-            vec![spin()],
-            "`version = 7`",
-        ),
-        (
-            MemoryHost::new().with(
-                MAIN,
-                "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\nruntimes = \"none\"\n",
-            ),
-            vec![spin()],
+            format!("{cri}runtimes = \"none\"\n"),
             "`plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes` is a string, expected a table",
         ),
         (
-            MemoryHost::new().with(
-                MAIN,
-                "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\nruntimes = { spin = { runtime_type = \"x\" } }\n",
-            ),
-            vec![spin()],
+            format!("{cri}runtimes = {{ spin = {{ runtime_type = \"x\" }} }}\n"),
             "runtimes.spin` already exists and was not written by this installer (runtime_type = \"x\")",
         ),
+        // Adding a table into an inline table would rewrite a line that is not ours.
         (
-            // Adding a table into an inline table would rewrite a line that is not ours.
-            MemoryHost::new().with(
-                MAIN,
-                "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\nruntimes = { runc = { runtime_type = \"io.containerd.runc.v2\" } }\n",
+            format!(
+                "{cri}runtimes = {{ runc = {{ runtime_type = \"io.containerd.runc.v2\" }} }}\n"
             ),
-            vec![spin()],
             "`plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes` is an inline table, expected a table",
         ),
         (
-            MemoryHost::new().with(
-                MAIN,
-                "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.spin]\nruntime_path = \"/var/lib/containerd-shim/bin/containerd-shim-spin-v2\"\noptions = { SystemdCgroup = true }\n",
-            ),
-            vec![spin()],
+            format!("{our_spin}options = {{ SystemdCgroup = true }}\n"),
             "runtimes.spin.options` is an inline table",
         ),
         (
-            MemoryHost::new().with(
-                MAIN,
-                "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.spin]\nruntime_path = \"/var/lib/containerd-shim/bin/containerd-shim-spin-v2\"\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.spin.runtime_type]\n",
+            format!(
+                "{our_spin}[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.spin.runtime_type]\n"
             ),
-            vec![spin()],
             "runtimes.spin.runtime_type` is a table, expected a value",
         ),
     ];
-    for (host, runtimes, expected) in cases {
-        let err = try_install(&host, C1, &runtimes).unwrap_err().to_string();
-        assert!(err.contains(expected), "expected {expected:?} in: {err}");
+    for (main, expected) in refused_configs {
+        expect_install_error(&main, &[spin()], expected);
     }
     let err = plan_uninstall(
         &MemoryHost::new(),
@@ -581,25 +559,20 @@ const DEBIAN_16_DUMP: &str = r#"version = 2
           runtime_type = "io.containerd.runc.v2"
 "#;
 
-fn kept_of(dump: &str, ours: &[&str]) -> Vec<KeptRuntime> {
-    EffectiveConfig::parse(Path::new(MAIN), C1, dump)
+/// Plans installing spin while containerd runs with the effective configuration of
+/// [`DEBIAN_16_DUMP`], so that the runtimes containerd provides by itself are kept.
+fn plan_spin_over_debian_16(host: &MemoryHost, target: &Target) -> Plan {
+    let kept = EffectiveConfig::parse(Path::new(MAIN), C1, DEBIAN_16_DUMP)
         .unwrap()
-        .runtimes_to_keep(&ours.iter().map(|h| h.to_string()).collect())
+        .runtimes_to_keep(&["spin".to_string()].into_iter().collect());
+    plan_install_keeping(host, target, &[spin()], &Ownership::default(), Some(&kept)).unwrap()
 }
 
 #[test]
 fn the_implicit_default_runtime_is_kept_while_ours_are_there() {
     let mut host = MemoryHost::new().with(MAIN, DEBIAN_16);
-    let kept = kept_of(DEBIAN_16_DUMP, &["spin"]);
     let target = locate(&host, C1, None).unwrap();
-    let plan = plan_install_keeping(
-        &host,
-        &target,
-        &[spin()],
-        &Ownership::default(),
-        Some(&kept),
-    )
-    .unwrap();
+    let plan = plan_spin_over_debian_16(&host, &target);
     host.apply(&plan);
     let text = main_text(&host);
     let runc = text
@@ -632,16 +605,8 @@ fn a_runtime_someone_defines_is_not_kept_by_us() {
         "{DEBIAN_16}\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n"
     );
     let host = MemoryHost::new().with(MAIN, &with_runc);
-    let kept = kept_of(DEBIAN_16_DUMP, &["spin"]);
     let target = locate(&host, C1, None).unwrap();
-    let plan = plan_install_keeping(
-        &host,
-        &target,
-        &[spin()],
-        &Ownership::default(),
-        Some(&kept),
-    )
-    .unwrap();
+    let plan = plan_spin_over_debian_16(&host, &target);
     assert!(plan.ownership.files[0].kept.is_empty());
 }
 

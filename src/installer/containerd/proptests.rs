@@ -15,6 +15,7 @@ use toml_edit::{DocumentMut, Item, Value};
 use crate::desired_shims::OptionValue;
 
 use super::foreign_docs::{foreign_document, imports_lines, line_changes, seeds};
+use super::test_support::install;
 use super::*;
 
 const MAIN: &str = "/etc/containerd/config.toml";
@@ -157,18 +158,6 @@ fn config() -> impl Strategy<Value = String> {
 fn is_subsequence(needle: &str, haystack: &str) -> bool {
     let mut rest = haystack.bytes();
     needle.bytes().all(|b| rest.any(|h| h == b))
-}
-
-fn install(
-    host: &mut MemoryHost,
-    containerd: ContainerdVersion,
-    runtimes: &[RuntimeEntry],
-    previous: &Ownership,
-) -> Plan {
-    let target = locate(host, containerd, None).unwrap();
-    let plan = plan_install(host, &target, runtimes, previous).unwrap();
-    host.apply(&plan);
-    plan
 }
 
 /// The typed value at `path` below a handler table, in whichever file holds it.

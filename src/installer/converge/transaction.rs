@@ -347,6 +347,7 @@ mod tests {
         Bed, STATE_DIR, desired, facts_for, node, owned, recorded, run_of, shim,
     };
     use super::*;
+    use crate::desired_shims::DesiredShims;
     use crate::installer::containerd::{
         Backup, ContainerdVersion, FileDelete, FileWrite, ScratchFile, Validation,
     };
@@ -386,6 +387,18 @@ mod tests {
             ownership: owned(DROP_IN),
             changed: true,
         }
+    }
+
+    /// Begins [`change`] for `set`, all its shims moving to version `v2`, on a node that has
+    /// the file the change deletes and spin's version `v1`.
+    fn begin_change<'a>(bed: &mut Bed, set: &'a DesiredShims) -> (Run<'a>, Facts) {
+        bed.write(OLD, "old");
+        bed.link("spin", "v1");
+        let mut run = run_of(set, State::new(), &[]);
+        let mut facts = facts_for(&run, "v2", &[]);
+        facts.config = change();
+        bed.installer.begin_config(&mut run, &facts).unwrap();
+        (run, facts)
     }
 
     #[test]
@@ -458,14 +471,9 @@ mod tests {
     fn the_journal_holds_the_content_before_the_first_write_of_the_change() {
         let mut bed = Bed::new(node(&[]));
         bed.write(CONFIG, "original");
-        bed.write(OLD, "old");
         bed.write(&format!("{CONFIG}.bak"), "an older backup");
-        bed.link("spin", "v1");
         let set = desired(vec![shim("spin", "spin"), shim("wasm", "wasm")]);
-        let mut run = run_of(&set, State::new(), &[]);
-        let mut facts = facts_for(&run, "v2", &[]);
-        facts.config = change();
-        bed.installer.begin_config(&mut run, &facts).unwrap();
+        let (mut run, mut facts) = begin_change(&mut bed, &set);
 
         let txn = run.state.config.clone().unwrap();
         let rollback: Vec<(String, Option<&str>)> = txn
@@ -512,13 +520,8 @@ mod tests {
         let mut bed = Bed::new(node(&[]));
         bed.write(CONFIG, "original");
         std::fs::set_permissions(bed.path(CONFIG), std::fs::Permissions::from_mode(0o600)).unwrap();
-        bed.write(OLD, "old");
-        bed.link("spin", "v1");
         let set = desired(vec![shim("spin", "spin"), shim("wasm", "wasm")]);
-        let mut run = run_of(&set, State::new(), &[]);
-        let mut facts = facts_for(&run, "v2", &[]);
-        facts.config = change();
-        bed.installer.begin_config(&mut run, &facts).unwrap();
+        let (run, facts) = begin_change(&mut bed, &set);
         let before = bed.tree();
 
         bed.installer.write_config(&facts.config).unwrap();

@@ -23,7 +23,7 @@ use crate::installer::containerd::{DumpOutput, ExpectedRuntime, HostFs};
 
 pub use error::HostError;
 pub use node_host::{NodeHost, NodeHostConfig};
-pub use rooted::{RootedFs, is_temp_sibling, temp_sibling};
+pub use rooted::{RootedFs, RootedHost, is_temp_sibling, temp_sibling};
 pub use test_host::{HostEvent, ScriptedOutcome, TestHost};
 
 /// What kind of thing is at a path (symlinks are not followed).
@@ -62,55 +62,94 @@ pub trait HostWriter: io::Write + Send {
     fn finish(self: Box<Self>) -> io::Result<()>;
 }
 
-/// The node, as the installer changes it.
-pub trait Host: HostFs + Send + Sync {
+/// The node, as the installer changes it. The file operations are those of the host's
+/// [`RootedFs`], each change behind [`RootedHost::guard_write`].
+pub trait Host: RootedHost + HostFs + Send + Sync {
     // ----- files -----
 
     /// The file's bytes, `None` when nothing exists at the path.
-    fn read_bytes(&self, path: &Path) -> io::Result<Option<Vec<u8>>>;
+    fn read_bytes(&self, path: &Path) -> io::Result<Option<Vec<u8>>> {
+        self.fs().read_bytes(path)
+    }
 
     /// The sha256 (lower-case hex) of a file's content, streamed; `None` when it does not exist.
-    fn sha256(&self, path: &Path) -> io::Result<Option<String>>;
+    fn sha256(&self, path: &Path) -> io::Result<Option<String>> {
+        self.fs().sha256(path)
+    }
 
     /// What is at the path (not following a final symlink), `None` when nothing is.
-    fn info(&self, path: &Path) -> io::Result<Option<FileInfo>>;
+    fn info(&self, path: &Path) -> io::Result<Option<FileInfo>> {
+        self.fs().info(path)
+    }
 
     /// Entry names of a directory, sorted; empty when the directory does not exist.
-    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>>;
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
+        self.fs().list_dir(path)
+    }
 
     /// A symlink's target, `None` when the path is not a symlink or does not exist.
-    fn read_link(&self, path: &Path) -> io::Result<Option<PathBuf>>;
+    fn read_link(&self, path: &Path) -> io::Result<Option<PathBuf>> {
+        self.fs().read_link(path)
+    }
 
     /// Creates a directory and its missing parents; returns the directories it created,
     /// outermost first, so a caller that fails later can remove exactly them.
-    fn create_dir_all(&self, path: &Path) -> io::Result<Vec<PathBuf>>;
+    fn create_dir_all(&self, path: &Path) -> io::Result<Vec<PathBuf>> {
+        self.guard_write(path)?;
+        self.fs().create_dir_all(path)
+    }
 
     /// Creates (or truncates) a file for writing. Used only for staging paths that nothing
     /// executes; live files are replaced with [`Host::write_file`] or renames.
-    fn create_file(&self, path: &Path, mode: u32) -> io::Result<Box<dyn HostWriter>>;
+    fn create_file(&self, path: &Path, mode: u32) -> io::Result<Box<dyn HostWriter>> {
+        self.guard_write(path)?;
+        self.fs().create_file(path, mode)
+    }
 
     /// Replaces a file atomically: a temporary file in the same directory, fsync, rename.
-    fn write_file(&self, path: &Path, content: &[u8], mode: u32) -> io::Result<()>;
+    fn write_file(&self, path: &Path, content: &[u8], mode: u32) -> io::Result<()> {
+        self.guard_write(path)?;
+        self.fs().write_file(path, content, mode)
+    }
 
     /// Renames atomically (a file over a file, a symlink over a symlink, a directory to a
     /// new name).
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.guard_write(from)?;
+        self.guard_write(to)?;
+        self.fs().rename(from, to)
+    }
 
     /// Points `link` at `target` atomically: a new symlink `<link>.new`, renamed over `link`.
-    fn swap_symlink(&self, link: &Path, target: &Path) -> io::Result<()>;
+    fn swap_symlink(&self, link: &Path, target: &Path) -> io::Result<()> {
+        self.guard_write(link)?;
+        self.fs().swap_symlink(link, target)
+    }
 
     /// Removes a file or symlink; nothing to remove is fine.
-    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        self.guard_write(path)?;
+        self.fs().remove_file(path)
+    }
 
     /// Removes a directory tree; nothing to remove is fine.
-    fn remove_dir_all(&self, path: &Path) -> io::Result<()>;
+    fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
+        self.guard_write(path)?;
+        self.fs().remove_dir_all(path)
+    }
 
     /// Removes a directory if it is empty; returns whether it did.
-    fn remove_empty_dir(&self, path: &Path) -> io::Result<bool>;
+    fn remove_empty_dir(&self, path: &Path) -> io::Result<bool> {
+        self.guard_write(path)?;
+        self.fs().remove_empty_dir(path)
+    }
 
     /// Fails when files cannot be created in `dir` (or, when it does not exist yet, in its
     /// nearest existing ancestor): a read-only mount, an immutable directory.
-    fn check_writable(&self, dir: &Path) -> io::Result<()>;
+    fn check_writable(&self, dir: &Path) -> io::Result<()> {
+        self.guard_write(dir)?;
+        self.fs().check_writable(dir)
+    }
 
     // ----- processes -----
 

@@ -20,11 +20,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::installer::containerd::{DumpOutput, ExpectedRuntime, HostFs};
+use crate::installer::containerd::{DumpOutput, ExpectedRuntime};
 
 use super::error::{owned, stderr_of};
-use super::rooted::RootedFs;
-use super::{FileInfo, Host, HostError, HostWriter, RunningExe};
+use super::rooted::{RootedFs, RootedHost};
+use super::{Host, HostError, RunningExe};
 
 /// `PATH` for host commands: the usual system directories (the pod's own `PATH` names
 /// directories of the installer image).
@@ -388,64 +388,13 @@ pub(crate) fn check_cri_info(json: &str, runtimes: &[ExpectedRuntime]) -> Result
     Ok(())
 }
 
-impl HostFs for NodeHost {
-    fn read(&self, path: &Path) -> io::Result<Option<String>> {
-        self.fs.host_root().read(path)
-    }
-
-    fn exists(&self, path: &Path) -> io::Result<bool> {
-        self.fs.host_root().exists(path)
-    }
-
-    fn entries(&self, dir: &Path) -> io::Result<Vec<String>> {
-        self.fs.host_root().entries(dir)
+impl RootedHost for NodeHost {
+    fn fs(&self) -> &RootedFs {
+        &self.fs
     }
 }
 
 impl Host for NodeHost {
-    fn read_bytes(&self, path: &Path) -> io::Result<Option<Vec<u8>>> {
-        self.fs.read_bytes(path)
-    }
-    fn sha256(&self, path: &Path) -> io::Result<Option<String>> {
-        self.fs.sha256(path)
-    }
-    fn info(&self, path: &Path) -> io::Result<Option<FileInfo>> {
-        self.fs.info(path)
-    }
-    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
-        self.fs.list_dir(path)
-    }
-    fn read_link(&self, path: &Path) -> io::Result<Option<PathBuf>> {
-        self.fs.read_link(path)
-    }
-    fn create_dir_all(&self, path: &Path) -> io::Result<Vec<PathBuf>> {
-        self.fs.create_dir_all(path)
-    }
-    fn create_file(&self, path: &Path, mode: u32) -> io::Result<Box<dyn HostWriter>> {
-        self.fs.create_file(path, mode)
-    }
-    fn write_file(&self, path: &Path, content: &[u8], mode: u32) -> io::Result<()> {
-        self.fs.write_file(path, content, mode)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        self.fs.rename(from, to)
-    }
-    fn swap_symlink(&self, link: &Path, target: &Path) -> io::Result<()> {
-        self.fs.swap_symlink(link, target)
-    }
-    fn remove_file(&self, path: &Path) -> io::Result<()> {
-        self.fs.remove_file(path)
-    }
-    fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
-        self.fs.remove_dir_all(path)
-    }
-    fn remove_empty_dir(&self, path: &Path) -> io::Result<bool> {
-        self.fs.remove_empty_dir(path)
-    }
-    fn check_writable(&self, dir: &Path) -> io::Result<()> {
-        self.fs.check_writable(dir)
-    }
-
     fn running_executables(&self) -> io::Result<Vec<RunningExe>> {
         scan_proc(&self.config.proc_dir)
     }

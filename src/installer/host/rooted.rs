@@ -8,9 +8,36 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::installer::containerd::HostRoot;
+use crate::installer::containerd::{HostFs, HostRoot};
 
 use super::{FileInfo, FileKind, HostWriter};
+
+/// A host whose files lie below a root directory, as both hosts' do. The engine's read view
+/// ([`HostFs`]) and the file operations of [`Host`](super::Host) are then the [`RootedFs`] ones,
+/// written once for both.
+pub trait RootedHost {
+    fn fs(&self) -> &RootedFs;
+
+    /// Refuses a change at `path` before it reaches the file system. On the node the kernel
+    /// refuses what it must; the test host simulates read-only directories here.
+    fn guard_write(&self, _path: &Path) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<T: RootedHost> HostFs for T {
+    fn read(&self, path: &Path) -> io::Result<Option<String>> {
+        self.fs().host_root().read(path)
+    }
+
+    fn exists(&self, path: &Path) -> io::Result<bool> {
+        self.fs().host_root().exists(path)
+    }
+
+    fn entries(&self, dir: &Path) -> io::Result<Vec<String>> {
+        self.fs().host_root().entries(dir)
+    }
+}
 
 /// Host file operations below a root.
 #[derive(Clone, Debug)]

@@ -17,11 +17,11 @@ use std::time::{Duration, Instant};
 use toml_edit::DocumentMut;
 
 use crate::installer::containerd::{
-    ContainerdVersion, DEFAULT_CONFIG, DumpOutput, ExpectedRuntime, HostFs, check_dump,
+    ContainerdVersion, DEFAULT_CONFIG, DumpOutput, ExpectedRuntime, check_dump,
 };
 
-use super::rooted::RootedFs;
-use super::{FileInfo, Host, HostError, HostWriter, RunningExe};
+use super::rooted::{RootedFs, RootedHost};
+use super::{Host, HostError, RunningExe};
 
 /// What a scripted restart or verification does.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -206,18 +206,6 @@ impl TestHost {
         lock(&self.events).push(event);
     }
 
-    fn guard_write(&self, path: &Path) -> io::Result<()> {
-        if lock(&self.read_only)
-            .iter()
-            .any(|dir| path.starts_with(dir))
-        {
-            return Err(io::Error::from_raw_os_error(
-                rustix::io::Errno::ROFS.raw_os_error(),
-            ));
-        }
-        Ok(())
-    }
-
     /// Runs the real `config dump` on a host path: absolute imports are rebased below the root
     /// (in a scratch copy next to the file, so relative imports still resolve the same), and
     /// the working directory is the root, as containerd's is `/` under systemd.
@@ -310,74 +298,25 @@ fn rebase_imports(text: &str, root: &Path) -> Option<String> {
     changed.then(|| doc.to_string())
 }
 
-impl HostFs for TestHost {
-    fn read(&self, path: &Path) -> io::Result<Option<String>> {
-        self.fs.host_root().read(path)
+impl RootedHost for TestHost {
+    fn fs(&self) -> &RootedFs {
+        &self.fs
     }
 
-    fn exists(&self, path: &Path) -> io::Result<bool> {
-        self.fs.host_root().exists(path)
-    }
-
-    fn entries(&self, dir: &Path) -> io::Result<Vec<String>> {
-        self.fs.host_root().entries(dir)
+    fn guard_write(&self, path: &Path) -> io::Result<()> {
+        if lock(&self.read_only)
+            .iter()
+            .any(|dir| path.starts_with(dir))
+        {
+            return Err(io::Error::from_raw_os_error(
+                rustix::io::Errno::ROFS.raw_os_error(),
+            ));
+        }
+        Ok(())
     }
 }
 
 impl Host for TestHost {
-    fn read_bytes(&self, path: &Path) -> io::Result<Option<Vec<u8>>> {
-        self.fs.read_bytes(path)
-    }
-    fn sha256(&self, path: &Path) -> io::Result<Option<String>> {
-        self.fs.sha256(path)
-    }
-    fn info(&self, path: &Path) -> io::Result<Option<FileInfo>> {
-        self.fs.info(path)
-    }
-    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
-        self.fs.list_dir(path)
-    }
-    fn read_link(&self, path: &Path) -> io::Result<Option<PathBuf>> {
-        self.fs.read_link(path)
-    }
-    fn create_dir_all(&self, path: &Path) -> io::Result<Vec<PathBuf>> {
-        self.guard_write(path)?;
-        self.fs.create_dir_all(path)
-    }
-    fn create_file(&self, path: &Path, mode: u32) -> io::Result<Box<dyn HostWriter>> {
-        self.guard_write(path)?;
-        self.fs.create_file(path, mode)
-    }
-    fn write_file(&self, path: &Path, content: &[u8], mode: u32) -> io::Result<()> {
-        self.guard_write(path)?;
-        self.fs.write_file(path, content, mode)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        self.guard_write(from)?;
-        self.guard_write(to)?;
-        self.fs.rename(from, to)
-    }
-    fn swap_symlink(&self, link: &Path, target: &Path) -> io::Result<()> {
-        self.guard_write(link)?;
-        self.fs.swap_symlink(link, target)
-    }
-    fn remove_file(&self, path: &Path) -> io::Result<()> {
-        self.guard_write(path)?;
-        self.fs.remove_file(path)
-    }
-    fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
-        self.guard_write(path)?;
-        self.fs.remove_dir_all(path)
-    }
-    fn remove_empty_dir(&self, path: &Path) -> io::Result<bool> {
-        self.guard_write(path)?;
-        self.fs.remove_empty_dir(path)
-    }
-    fn check_writable(&self, dir: &Path) -> io::Result<()> {
-        self.guard_write(dir)?;
-        self.fs.check_writable(dir)
-    }
-
     fn sandboxes_with_handler(&self, handler: &str) -> Result<Option<usize>, HostError> {
         Ok(Some(
             lock(&self.sandboxes).get(handler).copied().unwrap_or(0),

@@ -40,6 +40,17 @@ pub struct ManifestEntry {
     pub size: u64,
 }
 
+impl ManifestEntry {
+    /// The entry of a file verified against its spec, `size` bytes long.
+    fn of(file: &PayloadFile, size: u64) -> Self {
+        ManifestEntry {
+            path: file.rel.clone(),
+            sha256: file.sha256.clone(),
+            size,
+        }
+    }
+}
+
 /// What is missing of a version directory.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Installed {
@@ -135,12 +146,6 @@ impl Fetched {
             let _ = host.remove_empty_dir(dir);
         }
     }
-
-    fn absorb(&mut self, other: Fetched) {
-        self.renames.extend(other.renames);
-        self.cleanup.extend(other.cleanup);
-        self.created_dirs.extend(other.created_dirs);
-    }
 }
 
 /// Fetches what `specs` lack (per [`inspect`]) into staging paths, all or nothing.
@@ -150,201 +155,172 @@ pub async fn fetch_all(
     downloader: Option<&Downloader>,
     specs: &[(PayloadSpec, Installed)],
 ) -> Result<Fetched, InstallerError> {
-    let mut all = Fetched::default();
+    let fetcher = Fetcher {
+        host,
+        layout,
+        downloader,
+    };
+    let mut fetched = Fetched::default();
     for (spec, installed) in specs {
         let result = match installed {
             Installed::Complete => continue,
-            Installed::Absent => fetch_new(host, layout, downloader, spec).await,
-            Installed::Damaged(_) => repair(host, layout, downloader, spec).await,
+            Installed::Absent => fetcher.fetch_new(spec, &mut fetched).await,
+            Installed::Damaged(_) => fetcher.repair(spec, &mut fetched).await,
         };
-        match result {
-            Ok(fetched) => all.absorb(fetched),
-            Err((fetched, err)) => {
-                all.absorb(fetched);
-                all.discard(host);
-                return Err(err);
-            }
+        if let Err(err) = result {
+            fetched.discard(host);
+            return Err(err);
         }
     }
-    Ok(all)
-}
-
-type FetchResult = Result<Fetched, (Fetched, InstallerError)>;
-
-/// Assembles a whole version directory at `<dir>.staging`.
-async fn fetch_new(
-    host: &dyn Host,
-    layout: &Layout,
-    downloader: Option<&Downloader>,
-    spec: &PayloadSpec,
-) -> FetchResult {
-    let mut fetched = Fetched::default();
-    let staging = layout.staging_dir(&spec.shim, &spec.dir);
-    let final_dir = layout.version_dir(&spec.shim, &spec.dir);
-    // A leftover of an interrupted run is never executed: start over.
-    if let Err(err) = host.remove_dir_all(&staging) {
-        return Err((fetched, InstallerError::host("remove", &staging, err)));
-    }
-    match host.create_dir_all(&staging) {
-        Ok(created) => fetched.created_dirs = created,
-        Err(err) => {
-            return Err((
-                fetched,
-                InstallerError::host("create directory", &staging, err),
-            ));
-        }
-    }
-    fetched.cleanup.push(staging.clone());
-    let mut entries = Vec::new();
-    for file in &spec.files {
-        let path = staging.join(&file.rel);
-        if let Some(parent) = path.parent()
-            && let Err(err) = host.create_dir_all(parent)
-        {
-            return Err((
-                fetched,
-                InstallerError::host("create directory", parent, err),
-            ));
-        }
-        match fetch_file(host, downloader, spec, file, &path).await {
-            Ok(size) => entries.push(ManifestEntry {
-                path: file.rel.clone(),
-                sha256: file.sha256.clone(),
-                size,
-            }),
-            Err(err) => return Err((fetched, err)),
-        }
-    }
-    if let Err(err) = write_manifest(host, &staging, entries) {
-        return Err((fetched, err));
-    }
-    fetched.renames.push((staging, final_dir));
     Ok(fetched)
 }
 
-/// Replaces the missing or damaged files of an existing version directory: each new file is
-/// written next to its place and renamed over it, so a running shim keeps its inode.
-async fn repair(
-    host: &dyn Host,
-    layout: &Layout,
-    downloader: Option<&Downloader>,
-    spec: &PayloadSpec,
-) -> FetchResult {
-    let mut fetched = Fetched::default();
-    let dir = layout.version_dir(&spec.shim, &spec.dir);
-    let mut entries = Vec::new();
-    for file in &spec.files {
-        let path = dir.join(&file.rel);
-        let existing = host.info(&path).ok().flatten();
-        let parent = path.parent().unwrap_or(&dir).to_path_buf();
-        match host.create_dir_all(&parent) {
-            Ok(created) => fetched.created_dirs.extend(created),
-            Err(err) => {
-                return Err((
-                    fetched,
-                    InstallerError::host("create directory", &parent, err),
-                ));
+/// Where a fetch writes (the host, below the layout) and where it downloads from.
+struct Fetcher<'a> {
+    host: &'a dyn Host,
+    layout: &'a Layout,
+    downloader: Option<&'a Downloader>,
+}
+
+impl Fetcher<'_> {
+    /// Assembles a whole version directory at `<dir>.staging`.
+    async fn fetch_new(
+        &self,
+        spec: &PayloadSpec,
+        fetched: &mut Fetched,
+    ) -> Result<(), InstallerError> {
+        let Fetcher { host, layout, .. } = *self;
+        let staging = layout.staging_dir(&spec.shim, &spec.dir);
+        let final_dir = layout.version_dir(&spec.shim, &spec.dir);
+        // A leftover of an interrupted run is never executed: start over.
+        host.remove_dir_all(&staging)
+            .map_err(|err| InstallerError::host("remove", &staging, err))?;
+        fetched.created_dirs.extend(create_dir(host, &staging)?);
+        fetched.cleanup.push(staging.clone());
+        let mut entries = Vec::new();
+        for file in &spec.files {
+            let path = staging.join(&file.rel);
+            // Removed with the staging directory.
+            if let Some(parent) = path.parent() {
+                create_dir(host, parent)?;
             }
+            let size = self.fetch_file(spec, file, &path).await?;
+            entries.push(ManifestEntry::of(file, size));
         }
-        // A file of the right size is re-hashed before it is trusted.
-        if let Some(info) = existing
-            && info.kind == FileKind::File
-            && info.mode == file.mode
-            && host.sha256(&path).ok().flatten().as_deref() == Some(file.sha256.as_str())
-        {
-            entries.push(ManifestEntry {
-                path: file.rel.clone(),
-                sha256: file.sha256.clone(),
-                size: info.len,
+        write_manifest(host, &staging.join(MANIFEST), entries)?;
+        fetched.renames.push((staging, final_dir));
+        Ok(())
+    }
+
+    /// Replaces the missing or damaged files of an existing version directory: each new file is
+    /// written next to its place and renamed over it, so a running shim keeps its inode.
+    async fn repair(
+        &self,
+        spec: &PayloadSpec,
+        fetched: &mut Fetched,
+    ) -> Result<(), InstallerError> {
+        let Fetcher { host, layout, .. } = *self;
+        let dir = layout.version_dir(&spec.shim, &spec.dir);
+        let mut entries = Vec::new();
+        for file in &spec.files {
+            let path = dir.join(&file.rel);
+            let existing = host.info(&path).ok().flatten();
+            let parent = path.parent().unwrap_or(&dir).to_path_buf();
+            fetched.created_dirs.extend(create_dir(host, &parent)?);
+            // A file of the right size is re-hashed before it is trusted.
+            if let Some(info) = existing
+                && info.kind == FileKind::File
+                && info.mode == file.mode
+                && host.sha256(&path).ok().flatten().as_deref() == Some(file.sha256.as_str())
+            {
+                entries.push(ManifestEntry::of(file, info.len));
+                continue;
+            }
+            let temp = crate::installer::host::temp_sibling(&path);
+            fetched.cleanup.push(temp.clone());
+            let size = self.fetch_file(spec, file, &temp).await?;
+            entries.push(ManifestEntry::of(file, size));
+            fetched.renames.push((temp, path));
+        }
+        let manifest = dir.join(MANIFEST);
+        let temp_manifest = crate::installer::host::temp_sibling(&manifest);
+        write_manifest(host, &temp_manifest, entries)?;
+        fetched.cleanup.push(temp_manifest.clone());
+        fetched.renames.push((temp_manifest, manifest));
+        Ok(())
+    }
+
+    /// Writes one file to `path` from its source, verifying its sha256; returns its size.
+    async fn fetch_file(
+        &self,
+        spec: &PayloadSpec,
+        file: &PayloadFile,
+        path: &Path,
+    ) -> Result<u64, InstallerError> {
+        let Fetcher {
+            host, downloader, ..
+        } = *self;
+        let binary = file
+            .rel
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let payload_error = |message: String| InstallerError::Payload {
+            shim: spec.shim.clone(),
+            binary: binary.clone(),
+            message,
+        };
+        let (sha256, size) = match &file.source {
+            FileSource::Inline(content) => {
+                host.write_file(path, content.as_bytes(), file.mode)
+                    .map_err(|err| InstallerError::host("write", path, err))?;
+                (sha256_hex(content.as_bytes()), content.len() as u64)
+            }
+            FileSource::Staged(local) => copy_local(host, local, path, file.mode)
+                .map_err(|err| payload_error(format!("copying {}: {err}", local.display())))?,
+            FileSource::Url(url) => {
+                let Some(downloader) = downloader else {
+                    return Err(payload_error(format!(
+                        "{url}: downloads are not configured"
+                    )));
+                };
+                let open = || host.create_file(path, file.mode);
+                let done = downloader.download(url, &open).await.map_err(|source| {
+                    InstallerError::Download {
+                        url: url.clone(),
+                        source,
+                    }
+                })?;
+                (done.sha256, done.bytes)
+            }
+        };
+        if sha256 != file.sha256 {
+            return Err(InstallerError::ChecksumMismatch {
+                shim: spec.shim.clone(),
+                binary,
+                source_desc: PayloadSpec::describe(&file.source),
+                expected: file.sha256.clone(),
+                actual: sha256,
             });
-            continue;
         }
-        let temp = crate::installer::host::temp_sibling(&path);
-        fetched.cleanup.push(temp.clone());
-        match fetch_file(host, downloader, spec, file, &temp).await {
-            Ok(size) => entries.push(ManifestEntry {
-                path: file.rel.clone(),
-                sha256: file.sha256.clone(),
-                size,
-            }),
-            Err(err) => return Err((fetched, err)),
-        }
-        fetched.renames.push((temp, path));
+        Ok(size)
     }
-    let temp_manifest = crate::installer::host::temp_sibling(&dir.join(MANIFEST));
-    let manifest = Manifest { files: entries };
-    let text = serde_json::to_vec_pretty(&manifest).unwrap_or_default();
-    if let Err(err) = host.write_file(&temp_manifest, &text, 0o644) {
-        return Err((fetched, InstallerError::host("write", &temp_manifest, err)));
-    }
-    fetched.cleanup.push(temp_manifest.clone());
-    fetched.renames.push((temp_manifest, dir.join(MANIFEST)));
-    Ok(fetched)
+}
+
+/// Creates a directory and its missing parents; returns those it created, outermost first.
+fn create_dir(host: &dyn Host, dir: &Path) -> Result<Vec<PathBuf>, InstallerError> {
+    host.create_dir_all(dir)
+        .map_err(|err| InstallerError::host("create directory", dir, err))
 }
 
 fn write_manifest(
     host: &dyn Host,
-    dir: &Path,
+    path: &Path,
     entries: Vec<ManifestEntry>,
 ) -> Result<(), InstallerError> {
-    let path = dir.join(MANIFEST);
     let text = serde_json::to_vec_pretty(&Manifest { files: entries }).unwrap_or_default();
-    host.write_file(&path, &text, 0o644)
-        .map_err(|err| InstallerError::host("write", &path, err))
-}
-
-/// Writes one file to `path` from its source, verifying its sha256; returns its size.
-async fn fetch_file(
-    host: &dyn Host,
-    downloader: Option<&Downloader>,
-    spec: &PayloadSpec,
-    file: &PayloadFile,
-    path: &Path,
-) -> Result<u64, InstallerError> {
-    let binary = file
-        .rel
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let payload_error = |message: String| InstallerError::Payload {
-        shim: spec.shim.clone(),
-        binary: binary.clone(),
-        message,
-    };
-    let (sha256, size) = match &file.source {
-        FileSource::Inline(content) => {
-            host.write_file(path, content.as_bytes(), file.mode)
-                .map_err(|err| InstallerError::host("write", path, err))?;
-            (sha256_hex(content.as_bytes()), content.len() as u64)
-        }
-        FileSource::Staged(local) => copy_local(host, local, path, file.mode)
-            .map_err(|err| payload_error(format!("copying {}: {err}", local.display())))?,
-        FileSource::Url(url) => {
-            let Some(downloader) = downloader else {
-                return Err(payload_error(format!(
-                    "{url}: downloads are not configured"
-                )));
-            };
-            let open = || host.create_file(path, file.mode);
-            let done = downloader.download(url, &open).await.map_err(|source| {
-                InstallerError::Download {
-                    url: url.clone(),
-                    source,
-                }
-            })?;
-            (done.sha256, done.bytes)
-        }
-    };
-    if sha256 != file.sha256 {
-        return Err(InstallerError::ChecksumMismatch {
-            shim: spec.shim.clone(),
-            binary,
-            source_desc: PayloadSpec::describe(&file.source),
-            expected: file.sha256.clone(),
-            actual: sha256,
-        });
-    }
-    Ok(size)
+    host.write_file(path, &text, 0o644)
+        .map_err(|err| InstallerError::host("write", path, err))
 }
 
 /// Copies a file of this process's file system to a host path, hashing while copying.
