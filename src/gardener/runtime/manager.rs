@@ -365,56 +365,44 @@ impl Manager {
         self,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), RuntimeError> {
-        let Manager {
-            extension_name,
-            agent,
-            options,
-            plan,
-            client,
-            registry,
-            metrics,
-            leader_metrics,
-            readiness,
-            controllers,
-        } = self;
         tracing::info!(
-            extension = %extension_name,
-            gardenerVersion = options.gardener_version.as_deref().unwrap_or("unknown"),
-            controllers = %plan.enabled.iter().copied().collect::<Vec<_>>().join(","),
-            leaderElection = plan.leader_election.is_some(),
+            extension = %self.extension_name,
+            gardenerVersion = self.options.gardener_version.as_deref().unwrap_or("unknown"),
+            controllers = %self.plan.enabled.iter().copied().collect::<Vec<_>>().join(","),
+            leaderElection = self.plan.leader_election.is_some(),
             "Starting manager"
         );
 
         let stop = Stops::default();
         // Without leader election this replica leads from the start.
-        let (leader_tx, leader_rx) = watch::channel(plan.leader_election.is_none());
+        let (leader_tx, leader_rx) = watch::channel(self.plan.leader_election.is_none());
         let context = |name: &'static str| ControllerContext {
             name,
-            extension_name: extension_name.clone(),
-            client: client_with_agent(&client, &user_agent::user_agent(&agent, name)),
-            metrics: metrics.clone(),
-            readiness: readiness.clone(),
+            extension_name: self.extension_name.clone(),
+            client: client_with_agent(&self.client, &user_agent::user_agent(&self.agent, name)),
+            metrics: self.metrics.clone(),
+            readiness: self.readiness.clone(),
             leader: leader_rx.clone(),
             // A controller cancelling its own token must not stop the others.
             shutdown: stop.controllers.child_token(),
         };
-        let starting = controller_tasks(&plan, controllers, context);
+        let starting = controller_tasks(&self.plan, self.controllers, context);
 
         let servers = http::start(
-            &options.health_bind_address,
-            &options.metrics_bind_address,
-            readiness.clone(),
-            Arc::new(registry),
+            &self.options.health_bind_address,
+            &self.options.metrics_bind_address,
+            self.readiness.clone(),
+            Arc::new(self.registry),
             stop.servers.clone(),
         )
         .await?;
 
-        let election = plan.leader_election.clone().map(|config| {
+        let election = self.plan.leader_election.clone().map(|config| {
             let client = client_with_agent(
-                &client,
-                &user_agent::user_agent(&agent, LEADER_ELECTION_COMPONENT),
+                &self.client,
+                &user_agent::user_agent(&self.agent, LEADER_ELECTION_COMPONENT),
             );
-            (client, config, leader_metrics.clone())
+            (client, config, self.leader_metrics.clone())
         });
         let mut started = Started::start(starting, servers, election, leader_tx, stop);
         let event = started.first_event(shutdown).await;
@@ -425,7 +413,7 @@ impl Manager {
         if let Some(e) = &failure {
             tracing::error!(error = %e, "Stopping after a failure");
         }
-        let drained = started.stop(options.graceful_shutdown_timeout).await;
+        let drained = started.stop(self.options.graceful_shutdown_timeout).await;
         tracing::info!("Manager stopped");
         match failure.or(drained) {
             Some(e) => Err(e),
