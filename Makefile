@@ -36,7 +36,7 @@ check:
 	cargo fmt --all -- --check
 	cargo clippy --all-targets --locked -- -D warnings
 
-## bench: the fleet benchmark on a fresh control plane and the node-installer benchmark (figures; not CI).
+## bench: the fleet benchmark on a fresh control plane, the node-installer benchmark and the installer on real nodes (figures; not CI).
 bench: tools
 	hack/bench.sh
 

@@ -138,11 +138,19 @@ impl RealNode {
             .to_string()
     }
 
+    /// A command that runs inside the node, to spawn when it must outlive the call (a probe
+    /// that runs while something else happens).
+    pub fn command(&self, argv: &[&str]) -> Command {
+        let mut command = Command::new("nsenter");
+        command
+            .args(["-t", &self.leader(), "-m", "-u", "-i", "-n", "-p", "--"])
+            .args(argv);
+        command
+    }
+
     /// Runs a command inside the node.
     pub fn exec(&self, argv: &[&str]) -> Output {
-        Command::new("nsenter")
-            .args(["-t", &self.leader(), "-m", "-u", "-i", "-n", "-p", "--"])
-            .args(argv)
+        self.command(argv)
             .output()
             .unwrap_or_else(|e| panic!("cannot run nsenter for {}: {e}", self.name))
     }

@@ -1,0 +1,789 @@
+//! Installer-on-real-nodes benchmark (`make bench`): the real controller binary and the real
+//! installer DaemonSet on the two nodes of a control plane started with
+//! `--nodes containerd1,containerd2` (hack/bench.sh starts one of its own), driven the way the
+//! real-node tests of test/nodes drive them (their `Scenario`, reused as it is).
+//!
+//! Each repetition makes four changes of the desired set, from clean nodes back to clean nodes:
+//! install crun, add a second shim (`crun-b`, crun's payload under another handler), remove it
+//! again, and delete the Extension (which uninstalls everything). For every change and node:
+//!
+//! - **label**: from the change (the providerConfig patch followed by gardenlet's reconcile
+//!   request, or gardenlet's deletion) to the node's readiness label appearing (or going, for a
+//!   removal), seen by polling the Node objects every [`LABEL_POLL`];
+//! - **CRI unavailable**: a probe runs inside each node for the whole change, calling
+//!   `crictl version` on containerd's socket in a loop; the longest span from the last
+//!   successful answer before a failed probe to the first successful answer after it, and the
+//!   probe period, which is its resolution;
+//! - **systemd**: containerd's restarts in the node's journal (Stopping to Started), their
+//!   number, and whether the two nodes' restarts overlapped.
+//!
+//! A benchmark, not a test: it prints figures and writes `.local/bench/nodes-<time>.json`, and
+//! asserts nothing about time; it does check that every repetition leaves the nodes clean, so
+//! the real-node tests can run after it. Knobs (environment): `NODES_BENCH_REPETITIONS`
+//! (default 2), `NODES_BENCH_PROBE_INTERVAL_MS` (pause between probes, default 100),
+//! `NODES_BENCH_OUT_DIR` (default `.local/bench`).
+
+// Tests and benchmarks fail by panicking: unwrap and expect are how they say so.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../support/mod.rs"]
+mod support;
+
+// The real-node tests' world and their crun shim; the benchmark uses only part of them, and
+// install.rs's tests are not compiled into a benchmark.
+#[allow(dead_code, unused_imports)]
+#[path = "../nodes/install.rs"]
+mod install;
+#[allow(dead_code)]
+#[path = "../nodes/scenario.rs"]
+mod scenario;
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use scenario::{LABEL_PREFIX, NODE_TIMEOUT, Scenario, assert_clean};
+use support::real_nodes::{RealNode, Restart, now_us};
+
+/// How often the Node objects are read while a change is under way.
+const LABEL_POLL: Duration = Duration::from_millis(100);
+
+/// The probe's loop inside a node: one `crictl version` per round, each printed as
+/// `<start ns> <end ns> ok|fail`, until the file named by `$1` exists. It stops by itself
+/// because killing the `nsenter` that started it would leave it running inside the machine.
+const PROBE_SCRIPT: &str = r#"
+while [ ! -e "$1" ]; do
+  start=$(date +%s%N)
+  if crictl --runtime-endpoint unix:///run/containerd/containerd.sock --timeout 1s version >/dev/null 2>&1; then
+    result=ok
+  else
+    result=fail
+  fi
+  echo "$start $(date +%s%N) $result"
+  sleep "$2"
+done
+"#;
+
+fn main() {
+    // `cargo test --all-targets` runs bench targets without `--bench`: do nothing then.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("installer-on-real-nodes benchmark: run it with `make bench`");
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("cannot start tokio: {e}"));
+    runtime.block_on(run());
+}
+
+fn env_or<T: std::str::FromStr>(key: &str, default: T) -> T {
+    std::env::var(key)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Change {
+    InstallCrun,
+    AddSecondShim,
+    RemoveSecondShim,
+    DeleteExtension,
+}
+
+const CHANGES: [Change; 4] = [
+    Change::InstallCrun,
+    Change::AddSecondShim,
+    Change::RemoveSecondShim,
+    Change::DeleteExtension,
+];
+
+impl Change {
+    fn name(self) -> &'static str {
+        match self {
+            Change::InstallCrun => "install crun",
+            Change::AddSecondShim => "add crun-b",
+            Change::RemoveSecondShim => "remove crun-b",
+            Change::DeleteExtension => "delete Extension",
+        }
+    }
+
+    /// The handler whose label shows the change done, and whether it is there afterwards.
+    fn label(self) -> (&'static str, bool) {
+        match self {
+            Change::InstallCrun => ("crun", true),
+            Change::AddSecondShim => ("crun-b", true),
+            Change::RemoveSecondShim => ("crun-b", false),
+            Change::DeleteExtension => ("crun", false),
+        }
+    }
+
+    async fn make(self, s: &Scenario) {
+        match self {
+            Change::InstallCrun | Change::RemoveSecondShim => s.apply(install::crun()).await,
+            Change::AddSecondShim => s.apply(crun_and_crun_b()).await,
+            Change::DeleteExtension => s.delete().await,
+        }
+    }
+}
+
+/// crun and a second shim of crun's payload under a handler of its own: a change that adds a
+/// runtime without a second payload image.
+fn crun_and_crun_b() -> Value {
+    let mut shims = install::crun();
+    shims.as_array_mut().expect("crun() is a list").push(json!(
+        {"name": "crun-b", "catalog": {"name": "crun"}, "options": {"SystemdCgroup": false},
+         "runtimeClass": {"name": "crun-b", "handler": "crun-b"}}
+    ));
+    shims
+}
+
+/// One `crictl version` call inside a node.
+#[derive(Clone, Copy, Debug)]
+struct Sample {
+    start_ns: u64,
+    end_ns: u64,
+    ok: bool,
+}
+
+/// The CRI probe of one node, running from [`Probe::start`] to [`Probe::stop`].
+struct Probe {
+    node: RealNode,
+    stop_file: String,
+    child: tokio::process::Child,
+    samples: Arc<Mutex<Vec<Sample>>>,
+    reader: Option<tokio::task::JoinHandle<()>>,
+    stopped: bool,
+}
+
+impl Probe {
+    fn start(node: &RealNode, interval: Duration) -> Probe {
+        let stop_file = format!("/run/{}", support::unique_name("nodes-bench-probe-stop"));
+        let pause = format!("{:.3}", interval.as_secs_f64());
+        let mut command = node.command(&["sh", "-c", PROBE_SCRIPT, "probe", &stop_file, &pause]);
+        command
+            .env(
+                "PATH",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut child = tokio::process::Command::from(command)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start the probe on {}: {e}", node.name));
+        let stdout = child.stdout.take().expect("piped stdout");
+        let samples = Arc::new(Mutex::new(Vec::new()));
+        let record = samples.clone();
+        let reader = tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                if let [start, end, result] = fields[..]
+                    && let (Ok(start_ns), Ok(end_ns)) = (start.parse(), end.parse())
+                {
+                    record.lock().unwrap().push(Sample {
+                        start_ns,
+                        end_ns,
+                        ok: result == "ok",
+                    });
+                }
+            }
+        });
+        Probe {
+            node: node.clone(),
+            stop_file,
+            child,
+            samples,
+            reader: Some(reader),
+            stopped: false,
+        }
+    }
+
+    /// Waits for the probe's first successful answer, so that a change starts with containerd
+    /// seen up and the probe's own start-up is not part of any figure.
+    async fn wait_first_ok(&self) {
+        support::poll::until(
+            &format!("the CRI probe on {} to get an answer", self.node.name),
+            Duration::from_secs(60),
+            || async {
+                let samples = self.samples.lock().unwrap();
+                if samples.iter().any(|s| s.ok) {
+                    Ok(())
+                } else {
+                    Err(format!("{} probes, none answered", samples.len()))
+                }
+            },
+        )
+        .await;
+    }
+
+    async fn stop(mut self) -> Vec<Sample> {
+        self.node.run(&["touch", &self.stop_file]);
+        // The loop notices the file after its current round: at most crictl's timeout and a
+        // pause.
+        let status = tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("the probe on {} did not stop", self.node.name))
+            .expect("wait for the probe");
+        assert!(
+            status.success(),
+            "the probe on {}: {status}",
+            self.node.name
+        );
+        if let Some(reader) = self.reader.take() {
+            reader.await.expect("the probe's reader");
+        }
+        self.node.run(&["rm", "-f", &self.stop_file]);
+        self.stopped = true;
+        std::mem::take(&mut *self.samples.lock().unwrap())
+    }
+}
+
+/// A benchmark that fails midway must not leave a probe looping inside a node.
+impl Drop for Probe {
+    fn drop(&mut self) {
+        if !self.stopped {
+            let _ = self.node.exec(&["touch", &self.stop_file]);
+        }
+    }
+}
+
+/// A span in which no probe got an answer: from the end of the last successful probe before a
+/// failed one to the end of the first successful probe after it.
+#[derive(Clone, Copy, Debug)]
+struct Outage {
+    from_ns: u64,
+    to_ns: u64,
+    failed: usize,
+}
+
+impl Outage {
+    fn seconds(&self) -> f64 {
+        (self.to_ns - self.from_ns) as f64 / 1e9
+    }
+
+    fn overlaps(&self, other: &Outage) -> bool {
+        self.from_ns <= other.to_ns && other.from_ns <= self.to_ns
+    }
+}
+
+fn outages(samples: &[Sample]) -> Vec<Outage> {
+    let mut out = Vec::new();
+    let mut last_ok: Option<u64> = None;
+    let mut failed = 0;
+    for s in samples {
+        if s.ok {
+            if failed > 0
+                && let Some(from_ns) = last_ok
+            {
+                out.push(Outage {
+                    from_ns,
+                    to_ns: s.end_ns,
+                    failed,
+                });
+            }
+            failed = 0;
+            last_ok = Some(s.end_ns);
+        } else {
+            failed += 1;
+        }
+    }
+    out
+}
+
+/// Median and maximum of the time between the starts of consecutive probes, in milliseconds.
+fn probe_period_ms(samples: &[Sample]) -> (f64, f64) {
+    let periods: Vec<f64> = samples
+        .windows(2)
+        .map(|w| (w[1].start_ns.saturating_sub(w[0].start_ns)) as f64 / 1e6)
+        .collect();
+    if periods.is_empty() {
+        return (0.0, 0.0);
+    }
+    let max = periods.iter().copied().fold(0.0, f64::max);
+    (median(periods).unwrap_or_default(), max)
+}
+
+/// What one change did on one node.
+#[derive(Clone, Debug)]
+struct NodeFigures {
+    node: String,
+    containerd: u32,
+    label_s: f64,
+    restarts: Vec<Restart>,
+    outages: Vec<Outage>,
+    failed_probes: usize,
+    probes: usize,
+    period_ms: (f64, f64),
+    /// When the node's installer pod of the new desired set was created and became Ready,
+    /// relative to the change; whole seconds of the API's timestamps. `None` for a deletion.
+    pod_created_s: Option<f64>,
+    pod_ready_s: Option<f64>,
+    /// 1 for the node whose containerd restarted first in this change, 2 for the next: the
+    /// DaemonSet's rollout order, which it chooses, and which the label times depend on.
+    position: usize,
+    /// From containerd's Started to the label, when the change adds a label: the installer's
+    /// verification (CRI status and a pod sandbox per handler).
+    verify_s: Option<f64>,
+}
+
+impl NodeFigures {
+    fn longest_outage(&self) -> Option<&Outage> {
+        self.outages
+            .iter()
+            .max_by(|a, b| a.seconds().total_cmp(&b.seconds()))
+    }
+
+    fn systemd_s(&self) -> Vec<f64> {
+        self.restarts
+            .iter()
+            .map(|r| (r.started_us - r.stopping_us) as f64 / 1e6)
+            .collect()
+    }
+}
+
+struct ChangeFigures {
+    repetition: usize,
+    change: Change,
+    start_us: u64,
+    /// Until `Scenario::apply` returned (gardenlet's readiness check passed and the bundle was
+    /// applied into the shoot), or the Extension was gone.
+    controller_s: f64,
+    nodes: Vec<NodeFigures>,
+}
+
+impl ChangeFigures {
+    fn restarts_overlap(&self) -> bool {
+        pairs(&self.nodes).any(|(a, b)| {
+            a.restarts
+                .iter()
+                .any(|x| b.restarts.iter().any(|y| x.overlaps(y)))
+        })
+    }
+
+    fn outages_overlap(&self) -> bool {
+        pairs(&self.nodes).any(|(a, b)| {
+            a.outages
+                .iter()
+                .any(|x| b.outages.iter().any(|y| x.overlaps(y)))
+        })
+    }
+
+    fn json(&self) -> Value {
+        let rel = |us: u64| (us as f64 - self.start_us as f64) / 1e6;
+        json!({
+            "repetition": self.repetition,
+            "change": self.change.name(),
+            "controllerSeconds": self.controller_s,
+            "restartsOverlap": self.restarts_overlap(),
+            "criOutagesOverlap": self.outages_overlap(),
+            "nodes": self.nodes.iter().map(|n| json!({
+                "node": n.node,
+                "containerd": n.containerd,
+                "labelSeconds": n.label_s,
+                "restarts": n.restarts.len(),
+                "restartsSystemd": n.restarts.iter().map(|r| json!({
+                    "stoppingAtSeconds": rel(r.stopping_us),
+                    "startedAtSeconds": rel(r.started_us),
+                    "stoppingToStartedSeconds": (r.started_us - r.stopping_us) as f64 / 1e6,
+                })).collect::<Vec<_>>(),
+                "criUnavailableSeconds": n.longest_outage().map(Outage::seconds),
+                "criOutages": n.outages.iter().map(|o| json!({
+                    "fromSeconds": rel(o.from_ns / 1000),
+                    "toSeconds": rel(o.to_ns / 1000),
+                    "seconds": o.seconds(),
+                    "failedProbes": o.failed,
+                })).collect::<Vec<_>>(),
+                "probes": n.probes,
+                "failedProbes": n.failed_probes,
+                "probePeriodMedianMs": n.period_ms.0,
+                "probePeriodMaxMs": n.period_ms.1,
+                "installerPodCreatedSeconds": n.pod_created_s,
+                "installerPodReadySeconds": n.pod_ready_s,
+                "rolloutPosition": n.position,
+                "labelAfterStartedSeconds": n.verify_s,
+            })).collect::<Vec<_>>(),
+        })
+    }
+}
+
+fn pairs(nodes: &[NodeFigures]) -> impl Iterator<Item = (&NodeFigures, &NodeFigures)> {
+    nodes
+        .iter()
+        .enumerate()
+        .flat_map(move |(i, a)| nodes[i + 1..].iter().map(move |b| (a, b)))
+}
+
+/// When each node's label `key` first showed the wanted state (there with value `ready`, or
+/// gone), in microseconds since the epoch.
+async fn label_times(
+    s: &Scenario,
+    nodes: &[RealNode],
+    key: &str,
+    present: bool,
+) -> BTreeMap<String, u64> {
+    let deadline = tokio::time::Instant::now() + NODE_TIMEOUT;
+    let mut seen = BTreeMap::new();
+    loop {
+        let labels = s.node_labels().await;
+        let at = now_us();
+        for node in nodes {
+            let ready = labels
+                .get(&node.name)
+                .and_then(|l| l.get(key))
+                .is_some_and(|v| v == "ready");
+            if ready == present {
+                seen.entry(node.name.clone()).or_insert(at);
+            }
+        }
+        if seen.len() == nodes.len() {
+            return seen;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!(
+                "timed out after {NODE_TIMEOUT:?} waiting for {key} (present: {present}); seen: {seen:?}; labels: {labels:?}"
+            );
+        }
+        tokio::time::sleep(LABEL_POLL).await;
+    }
+}
+
+async fn measure(
+    s: &Scenario,
+    nodes: &[RealNode],
+    repetition: usize,
+    change: Change,
+    interval: Duration,
+) -> ChangeFigures {
+    let probes: Vec<Probe> = nodes.iter().map(|n| Probe::start(n, interval)).collect();
+    for probe in &probes {
+        probe.wait_first_ok().await;
+    }
+    let (handler, present) = change.label();
+    let key = format!("{LABEL_PREFIX}{handler}");
+    let start_us = now_us();
+    let (labels, controller_us) = tokio::join!(label_times(s, nodes, &key, present), async {
+        change.make(s).await;
+        now_us()
+    });
+    // The change is over on the nodes when the DaemonSet has rolled out everywhere (a deletion
+    // waited for the uninstall already): no restart of it comes later.
+    let mut pods = Vec::new();
+    if change != Change::DeleteExtension {
+        s.wait_rolled_out().await;
+        let current = s.current_desired_sha256().await;
+        pods = s
+            .installer_pods()
+            .await
+            .into_iter()
+            .filter(|p| p.desired_sha256 == current && !p.deleting)
+            .collect();
+    }
+    let end_us = now_us();
+    let rel = |t: jiff::Timestamp| (t.as_microsecond() as f64 - start_us as f64) / 1e6;
+    let mut figures = Vec::new();
+    for (node, probe) in nodes.iter().zip(probes) {
+        let samples = probe.stop().await;
+        let restarts: Vec<Restart> = node
+            .containerd_restarts(start_us)
+            .into_iter()
+            .filter(|r| r.stopping_us < end_us)
+            .collect();
+        let pod = pods.iter().find(|p| p.node == node.name);
+        figures.push(NodeFigures {
+            node: node.name.clone(),
+            containerd: node.containerd_major(),
+            label_s: (labels[&node.name] - start_us) as f64 / 1e6,
+            restarts,
+            outages: outages(&samples),
+            failed_probes: samples.iter().filter(|s| !s.ok).count(),
+            probes: samples.len(),
+            period_ms: probe_period_ms(&samples),
+            pod_created_s: pod.map(|p| rel(p.created)),
+            pod_ready_s: pod.and_then(|p| p.ready_since).map(rel),
+            position: 0,
+            verify_s: None,
+        });
+    }
+    // A node that did not restart comes last rather than first.
+    let first_restart = |n: &NodeFigures| n.restarts.first().map_or(u64::MAX, |r| r.stopping_us);
+    let mut order: Vec<usize> = (0..figures.len()).collect();
+    order.sort_by_key(|&i| (first_restart(&figures[i]), labels[&figures[i].node]));
+    for (position, &i) in order.iter().enumerate() {
+        figures[i].position = position + 1;
+    }
+    for n in figures.iter_mut().filter(|_| present) {
+        let label_us = labels[&n.node];
+        n.verify_s = n
+            .restarts
+            .last()
+            .map(|r| (label_us as f64 - r.started_us as f64) / 1e6);
+    }
+    ChangeFigures {
+        repetition,
+        change,
+        start_us,
+        controller_s: (controller_us - start_us) as f64 / 1e6,
+        nodes: figures,
+    }
+}
+
+fn header() {
+    println!(
+        "{:>3}  {:<16} {:<8} {:>4} {:>7} {:>6} {:>9} {:>8} {:>10} {:>9} {:>10} {:>7} {:>9}  overlap",
+        "rep",
+        "change",
+        "node",
+        "ctrd",
+        "label s",
+        "ctrl s",
+        "pod c/r s",
+        "restarts",
+        "restart@ s",
+        "systemd s",
+        "CRI down s",
+        "failed",
+        "period ms"
+    );
+}
+
+fn print_change(c: &ChangeFigures) {
+    let overlap = format!(
+        "restarts {}, CRI {}",
+        if c.restarts_overlap() { "yes" } else { "no" },
+        if c.outages_overlap() { "yes" } else { "no" }
+    );
+    for n in &c.nodes {
+        let systemd = n
+            .systemd_s()
+            .iter()
+            .map(|s| format!("{s:.2}"))
+            .collect::<Vec<_>>()
+            .join("+");
+        let down = n
+            .longest_outage()
+            .map(|o| format!("{:.2}", o.seconds()))
+            .unwrap_or_else(|| "-".into());
+        let restart_at = n
+            .restarts
+            .iter()
+            .map(|r| format!("{:.2}", (r.stopping_us as f64 - c.start_us as f64) / 1e6))
+            .collect::<Vec<_>>()
+            .join("+");
+        // `+ 0.0` turns the -0 of a pod created in the change's first second into 0.
+        let whole = |s: Option<f64>| {
+            s.map(|s| format!("{:.0}", s.round() + 0.0))
+                .unwrap_or_else(|| "-".into())
+        };
+        println!(
+            "{:>3}  {:<16} {:<8} {:>4} {:>7.2} {:>6.2} {:>9} {:>8} {:>10} {:>9} {:>10} {:>7} {:>9}  {}",
+            c.repetition,
+            c.change.name(),
+            n.node,
+            format!("{}.x", n.containerd),
+            n.label_s,
+            c.controller_s,
+            format!("{}/{}", whole(n.pod_created_s), whole(n.pod_ready_s)),
+            n.restarts.len(),
+            if restart_at.is_empty() {
+                "-".into()
+            } else {
+                restart_at
+            },
+            if systemd.is_empty() {
+                "-".into()
+            } else {
+                systemd
+            },
+            down,
+            format!("{}/{}", n.failed_probes, n.probes),
+            format!("{:.0}/{:.0}", n.period_ms.0, n.period_ms.1),
+            overlap
+        );
+    }
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    Some(if v.len().is_multiple_of(2) {
+        (v[mid - 1] + v[mid]) / 2.0
+    } else {
+        v[mid]
+    })
+}
+
+fn range(v: &[f64]) -> String {
+    let Some(m) = median(v.to_vec()) else {
+        return "-".into();
+    };
+    let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("{m:.2} ({min:.2}-{max:.2})")
+}
+
+/// Medians (and ranges) over the repetitions, by change and by containerd version, then by
+/// rollout position.
+fn summary(results: &[ChangeFigures]) -> Value {
+    let mut out = Vec::new();
+    for (grouping, key) in [
+        (
+            "containerd",
+            (|n: &NodeFigures| n.containerd as usize) as fn(&NodeFigures) -> usize,
+        ),
+        ("rolloutPosition", |n: &NodeFigures| n.position),
+    ] {
+        println!(
+            "\n{:<16} {:>4} {:>20} {:>20} {:>20} {:>20} {:>9}",
+            "change",
+            if grouping == "containerd" {
+                "ctrd"
+            } else {
+                "pos"
+            },
+            "label s",
+            "verify s",
+            "CRI down s",
+            "systemd s",
+            "restarts"
+        );
+        for change in CHANGES {
+            for group in [1, 2] {
+                let rows: Vec<&NodeFigures> = results
+                    .iter()
+                    .filter(|c| c.change == change)
+                    .flat_map(|c| c.nodes.iter())
+                    .filter(|n| key(n) == group)
+                    .collect();
+                if rows.is_empty() {
+                    continue;
+                }
+                let label: Vec<f64> = rows.iter().map(|n| n.label_s).collect();
+                let verify: Vec<f64> = rows.iter().filter_map(|n| n.verify_s).collect();
+                let down: Vec<f64> = rows
+                    .iter()
+                    .filter_map(|n| n.longest_outage().map(Outage::seconds))
+                    .collect();
+                let systemd: Vec<f64> = rows.iter().flat_map(|n| n.systemd_s()).collect();
+                let restarts: Vec<usize> = rows.iter().map(|n| n.restarts.len()).collect();
+                let name = if grouping == "containerd" {
+                    format!("{group}.x")
+                } else {
+                    format!("{group}")
+                };
+                println!(
+                    "{:<16} {:>4} {:>20} {:>20} {:>20} {:>20} {:>9}",
+                    change.name(),
+                    name,
+                    range(&label),
+                    range(&verify),
+                    range(&down),
+                    range(&systemd),
+                    format!("{restarts:?}")
+                );
+                out.push(json!({
+                    "change": change.name(),
+                    grouping: group,
+                    "labelSecondsMedian": median(label),
+                    "labelAfterStartedSecondsMedian": median(verify),
+                    "criUnavailableObserved": down.len(),
+                    "criUnavailableSecondsMedian": median(down),
+                    "systemdStoppingToStartedSecondsMedian": median(systemd),
+                    "restartsPerRepetition": restarts,
+                }));
+            }
+        }
+    }
+    Value::Array(out)
+}
+
+fn sh(cmd: &str) -> String {
+    std::process::Command::new("sh")
+        .args(["-c", cmd])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+fn machine() -> Value {
+    json!({
+        "nproc": sh("nproc"),
+        "memTotal": sh("grep MemTotal /proc/meminfo | tr -s ' ' | cut -d' ' -f2-"),
+        "free_g": sh("free -g"),
+        "cpu_model": sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-"),
+        "kernel": sh("uname -r"),
+    })
+}
+
+async fn run() {
+    let repetitions: usize = env_or("NODES_BENCH_REPETITIONS", 2);
+    let interval = Duration::from_millis(env_or("NODES_BENCH_PROBE_INTERVAL_MS", 100));
+    let out_dir = std::path::PathBuf::from(
+        std::env::var("NODES_BENCH_OUT_DIR")
+            .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/.local/bench").into()),
+    );
+    let machine = machine();
+    let load_at_start = sh("cat /proc/loadavg");
+    eprintln!("machine: {machine}\nload average at start: {load_at_start}");
+
+    let s = Scenario::start("nodes-bench").await;
+    let nodes: Vec<RealNode> = [1, 2]
+        .iter()
+        .map(|&major| s.nodes.with_containerd(major).clone())
+        .collect();
+    println!(
+        "installer on real nodes: {repetitions} repetition(s), probe pause {interval:?}, label poll {LABEL_POLL:?}"
+    );
+    let mut results = Vec::new();
+    for repetition in 1..=repetitions {
+        header();
+        for change in CHANGES {
+            let figures = measure(&s, &nodes, repetition, change, interval).await;
+            print_change(&figures);
+            results.push(figures);
+        }
+        // Not a figure: the next repetition and the real-node tests need clean nodes.
+        for node in &nodes {
+            assert_clean(&s.c, node).await;
+        }
+    }
+    println!("\nmedian (min-max) over {repetitions} repetition(s):");
+    let summary = summary(&results);
+    let load_at_end = sh("cat /proc/loadavg");
+    println!("load average: at start {load_at_start}; at end {load_at_end}");
+
+    let report = json!({
+        "machine": machine,
+        "loadAverageAtStart": load_at_start,
+        "loadAverageAtEnd": load_at_end,
+        "command": "make bench  (hack/control-plane.sh run --dir .local/bench-nodes-control-plane --nodes containerd1,containerd2 --node-images .local/images -- cargo bench --profile dev --bench nodes)",
+        "profile": "dev",
+        "repetitions": repetitions,
+        "probePauseMs": interval.as_millis() as u64,
+        "labelPollMs": LABEL_POLL.as_millis() as u64,
+        "summary": summary,
+        "changes": results.iter().map(ChangeFigures::json).collect::<Vec<_>>(),
+    });
+    std::fs::create_dir_all(&out_dir)
+        .unwrap_or_else(|e| panic!("cannot create {}: {e}", out_dir.display()));
+    let file = out_dir.join(format!(
+        "nodes-{}.json",
+        jiff::Timestamp::now().strftime("%Y%m%dT%H%M%SZ")
+    ));
+    std::fs::write(
+        &file,
+        serde_json::to_string_pretty(&report).unwrap_or_default(),
+    )
+    .unwrap_or_else(|e| panic!("cannot write {}: {e}", file.display()));
+    println!("JSON: {}", file.display());
+}
