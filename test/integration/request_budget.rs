@@ -272,14 +272,14 @@ async fn a_reconcile_reads_nothing_and_a_steady_health_check_sends_nothing() {
     let wasmtime = json!({"apiVersion": "containerd-shim.extensions.gardener.cloud/v1alpha1",
                           "kind": "ContainerdShimConfig", "shims": [{"name": "wasmtime"}]});
     let open = marker(&client, &ns, "marker-open").await;
-    extensions
-        .create(
-            &PostParams::default(),
-            &objects::extension(&ns, "containerd-shim", Some(wasmtime)),
-        )
-        .await
-        .expect("create Extension");
-    let ts = gardenlet::request_reconcile(&extensions, "containerd-shim").await;
+    // Created with gardenlet's annotations, so that exactly one reconcile runs: a request that
+    // came after it would rightly read the ManagedResource and Secret that gardener-resource-
+    // manager has not applied yet.
+    let ts = gardenlet::create_for_reconcile(
+        &extensions,
+        objects::extension(&ns, "containerd-shim", Some(wasmtime)),
+    )
+    .await;
     gardenlet::wait_ready(&extensions, "containerd-shim", Some(&ts)).await;
     gardenlet::wait_condition(&extensions, "containerd-shim", CONDITION, "True", |c| {
         c.status == ConditionStatus::True

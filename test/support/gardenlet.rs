@@ -85,6 +85,19 @@ pub async fn request_reconcile(api: &Api<Extension>, name: &str) -> String {
     request_operation(api, name, "reconcile").await
 }
 
+/// Creates `ext` with the operation annotation `reconcile` and a fresh timestamp in the one
+/// create, as gardenlet deploys an Extension; returns the timestamp written.
+pub async fn create_for_reconcile(api: &Api<Extension>, mut ext: Extension) -> String {
+    let ts = jiff::Timestamp::now().to_string();
+    let annotations = ext.metadata.annotations.get_or_insert_default();
+    annotations.insert(OPERATION_ANNOTATION.to_string(), "reconcile".to_string());
+    annotations.insert(TIMESTAMP_ANNOTATION.to_string(), ts.clone());
+    api.create(&kube::api::PostParams::default(), &ext)
+        .await
+        .unwrap_or_else(|e| panic!("gardenlet-like create of {:?}: {e}", ext.metadata.name));
+    ts
+}
+
 /// Sets the operation annotation and a fresh timestamp; returns the timestamp written.
 pub async fn request_operation(api: &Api<Extension>, name: &str, operation: &str) -> String {
     let ts = jiff::Timestamp::now().to_string();
