@@ -80,8 +80,9 @@ require_tools() {
   command -v curl >/dev/null || die "curl is required to probe the control plane"
 }
 
+# A port below the ephemeral range, never handed out twice to this control plane (see the script).
 free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+  python3 "$repo/hack/free-port.py" "$dir/ports-handed-out"
 }
 
 # start <name> <binary> <args...>: run in the background with output in DIR/logs/<name>.log

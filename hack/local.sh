@@ -70,7 +70,7 @@ trap 'stop_controller; log "stopped"; exit 0' INT
 trap 'exit 143' TERM
 
 free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+  python3 "$repo/hack/free-port.py"
 }
 
 # --- 1. the chart's RBAC for the controller's identity ----------------------------------------
