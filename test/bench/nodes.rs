@@ -47,6 +47,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use scenario::{LABEL_PREFIX, NODE_TIMEOUT, Scenario, assert_clean};
+use support::bench::{env_or, machine, sh};
 use support::real_nodes::{RealNode, Restart, now_us};
 
 /// How often the Node objects are read while a change is under way.
@@ -69,24 +70,7 @@ done
 "#;
 
 fn main() {
-    // `cargo test --all-targets` runs bench targets without `--bench`: do nothing then.
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("installer-on-real-nodes benchmark: run it with `make bench`");
-        return;
-    }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap_or_else(|e| panic!("cannot start tokio: {e}"));
-    runtime.block_on(run());
-}
-
-fn env_or<T: std::str::FromStr>(key: &str, default: T) -> T {
-    std::env::var(key)
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(default)
+    support::bench::main("installer-on-real-nodes benchmark", run());
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -705,24 +689,6 @@ fn summary(results: &[ChangeFigures]) -> Value {
         }
     }
     Value::Array(out)
-}
-
-fn sh(cmd: &str) -> String {
-    std::process::Command::new("sh")
-        .args(["-c", cmd])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default()
-}
-
-fn machine() -> Value {
-    json!({
-        "nproc": sh("nproc"),
-        "memTotal": sh("grep MemTotal /proc/meminfo | tr -s ' ' | cut -d' ' -f2-"),
-        "free_g": sh("free -g"),
-        "cpu_model": sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-"),
-        "kernel": sh("uname -r"),
-    })
 }
 
 async fn run() {

@@ -8,6 +8,7 @@
 #![allow(dead_code)] // each test crate uses a different part of the support code
 
 pub mod actuator;
+pub mod bench;
 pub mod bundles;
 pub mod controller;
 pub mod gardenlet;

@@ -54,10 +54,11 @@ use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use audit::{AuditLog, ByActor, Episodes};
 use floor::Floor;
+use support::bench::{env_or, machine};
 use support::gardenlet;
 use support::process::{Replica, free_port};
 
@@ -72,17 +73,7 @@ const CONCURRENCY: usize = 5;
 const PRODUCTION_RESYNC: Duration = Duration::from_secs(3600);
 
 fn main() {
-    // `cargo test --all-targets` runs bench targets without `--bench`: do nothing then.
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("fleet benchmark: run it with `make bench`");
-        return;
-    }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap_or_else(|e| panic!("cannot start tokio: {e}"));
-    runtime.block_on(run());
+    support::bench::main("fleet benchmark", run());
 }
 
 /// What the environment asks for.
@@ -91,13 +82,6 @@ struct Knobs {
     min_resync: Duration,
     idle_at: usize,
     idle: Duration,
-}
-
-fn env_or<T: std::str::FromStr>(key: &str, default: T) -> T {
-    std::env::var(key)
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(default)
 }
 
 /// The benchmark's clients, each naming its purpose in the User-Agent.
@@ -229,23 +213,6 @@ fn bundle() -> SecretData {
     actuator
         .install_bundle(&ext, &shoot)
         .unwrap_or_else(|e| panic!("the benchmark's bundle: {e}"))
-}
-
-fn machine() -> Value {
-    let sh = |cmd: &str| -> String {
-        std::process::Command::new("sh")
-            .args(["-c", cmd])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-            .unwrap_or_default()
-    };
-    json!({
-        "nproc": sh("nproc"),
-        "free_g": sh("free -g"),
-        "cpu_model": sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-"),
-        "kernel": sh("uname -r"),
-        "load_average_at_start": sh("cat /proc/loadavg"),
-    })
 }
 
 /// The controller identity may do everything: the benchmark measures work, not RBAC.
