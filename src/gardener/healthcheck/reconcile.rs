@@ -322,10 +322,15 @@ async fn run_check(
     }
 }
 
+/// How often a refused condition write reads the Extension and tries again before the check
+/// fails and is retried later.
+const WRITE_ATTEMPTS: usize = 3;
+
 /// Writes the conditions `findings` imply, unless they equal the current ones (see [`base`]):
 /// a check that finds what was last written sends nothing. A concurrent change of the
-/// Extension makes the write fail with a conflict; the check then fails and is retried (after
-/// a second) from the cache, which by then shows the change, instead of reading the Extension.
+/// Extension makes the write fail with a conflict; the Extension is then read and the write
+/// tried again at once. Waiting for the cache instead loses every round against a writer that
+/// writes continuously: by the time the cache shows one change, the next has been made.
 async fn write_conditions(
     extension: Arc<Extension>,
     findings: &Findings,
@@ -334,56 +339,70 @@ async fn write_conditions(
     let key = ObjectRef::from_obj(extension.as_ref());
     let namespace = extension.namespace().unwrap_or_default();
     let name = extension.name_any();
-    let current = base(
+    let mut current = base(
         &extension,
         ctx.bookkeeping.pending(&key).as_ref(),
         Instant::now(),
         ctx.config.period,
     );
-    let desired = desired_conditions(
-        &current.conditions,
-        findings,
-        ctx.config.condition_types(),
-        now_in_seconds(),
-    );
-    if desired == current.conditions {
-        return Ok(());
-    }
     let conflict = || HealthCheckError::Conflict {
         namespace: namespace.clone(),
         name: name.clone(),
-    };
-    // Every object the API server returns has one; never write without the lock.
-    let Some(version) = &current.version else {
-        return Err(conflict());
     };
     let api: Api<Extension> = Api::namespaced(ctx.client.clone(), &namespace);
     let params = PatchParams {
         field_manager: Some(ctx.config.field_manager.clone()),
         ..PatchParams::default()
     };
-    let patch = conditions_patch(version, &desired);
-    match api
-        .patch_status(&name, &params, &Patch::Merge(&patch))
-        .await
-    {
-        Ok(written) => {
-            tracing::info!(%namespace, %name, conditions = %summary(&desired), "wrote health conditions");
-            remember_write(ctx, &key, written.resource_version(), desired);
-            Ok(())
+    for _ in 0..WRITE_ATTEMPTS {
+        let desired = desired_conditions(
+            &current.conditions,
+            findings,
+            ctx.config.condition_types(),
+            now_in_seconds(),
+        );
+        if desired == current.conditions {
+            return Ok(());
         }
-        Err(e) if status_code(&e) == Some(409) => {
-            ctx.bookkeeping.set_pending(&key, None);
-            Err(conflict())
+        // Every object the API server returns has one; never write without the lock.
+        let Some(version) = &current.version else {
+            return Err(conflict());
+        };
+        let patch = conditions_patch(version, &desired);
+        match api
+            .patch_status(&name, &params, &Patch::Merge(&patch))
+            .await
+        {
+            Ok(written) => {
+                tracing::info!(%namespace, %name, conditions = %summary(&desired), "wrote health conditions");
+                remember_write(ctx, &key, written.resource_version(), desired);
+                return Ok(());
+            }
+            Err(e) if status_code(&e) == Some(409) => {
+                ctx.bookkeeping.set_pending(&key, None);
+                match api.get_opt(&name).await {
+                    Ok(Some(fresh)) => {
+                        current = Base {
+                            version: fresh.metadata.resource_version.clone(),
+                            conditions: conditions_of(&fresh).to_vec(),
+                        };
+                    }
+                    Ok(None) => return Ok(()),
+                    Err(_) => return Err(conflict()),
+                }
+            }
+            // Deleted meanwhile: nothing left to report on.
+            Err(e) if status_code(&e) == Some(404) => return Ok(()),
+            Err(source) => {
+                return Err(HealthCheckError::Write {
+                    namespace,
+                    name,
+                    source,
+                });
+            }
         }
-        // Deleted meanwhile: nothing left to report on.
-        Err(e) if status_code(&e) == Some(404) => Ok(()),
-        Err(source) => Err(HealthCheckError::Write {
-            namespace,
-            name,
-            source,
-        }),
     }
+    Err(conflict())
 }
 
 /// Remembers our write until the cache shows it, unless it already does.
