@@ -28,8 +28,8 @@ pub enum HealthCheckError {
         source: kube::Error,
     },
 
-    /// The Extension changed since the version the conditions were computed from; the check
-    /// is retried from the cache, which then shows the change.
+    /// The Extension kept changing while the conditions were written: each write, and each
+    /// one after reading the Extension again, was refused. The check is retried later.
     #[error(
         "writing the conditions of Extension {namespace}/{name}: it changed meanwhile; checking again"
     )]

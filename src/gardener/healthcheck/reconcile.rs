@@ -388,7 +388,13 @@ async fn write_conditions(
                         };
                     }
                     Ok(None) => return Ok(()),
-                    Err(_) => return Err(conflict()),
+                    Err(source) => {
+                        return Err(HealthCheckError::Write {
+                            namespace,
+                            name,
+                            source,
+                        });
+                    }
                 }
             }
             // Deleted meanwhile: nothing left to report on.

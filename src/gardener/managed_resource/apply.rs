@@ -161,11 +161,11 @@ async fn create_or_update(
             .await
             .map_err(|e| Error::api("read", MANAGED_RESOURCE, namespace, name, e))?,
     };
-    let secret = data.to_secret(namespace, name);
+    // The Secret object (a copy of the whole bundle) is built only when it is sent or checked.
     let mut wrote = match secret_check(first.as_ref(), &current_secret) {
         SecretCheck::Applied => false,
-        SecretCheck::Read => ensure_secret(&secrets, &secret).await?,
-        SecretCheck::Create => create_secret(&secrets, &secret).await?,
+        SecretCheck::Read => ensure_secret(&secrets, &data.to_secret(namespace, name)).await?,
+        SecretCheck::Create => create_secret(&secrets, &data.to_secret(namespace, name)).await?,
     };
 
     let mut read = Some(first);
