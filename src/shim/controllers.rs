@@ -255,6 +255,7 @@ fn add_healthcheck_controller(
     health.classes = options.extension.extension_classes.clone();
     health.period = options.healthcheck.healthcheck_period;
     health.max_concurrent = usize::from(options.healthcheck.healthcheck_max_concurrent_reconciles);
+    health.lifecycle_concurrency = Some(usize::from(options.extension.max_concurrent_reconciles));
     manager.add_controller(HEALTHCHECK_CONTROLLER, move |ctx| {
         async move {
             if ctx.wait_until_leader().await.is_err() {

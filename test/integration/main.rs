@@ -15,6 +15,7 @@ mod gardener_healthcheck;
 mod gardener_managed_resource;
 mod gardener_runtime;
 mod harness;
+mod healthcheck_backlog;
 mod installer_budget;
 mod installer_download;
 mod installer_host;

@@ -30,6 +30,8 @@ struct Entry {
     pending: Option<PendingWrite>,
     /// Reconciles that failed in a row.
     failures: u32,
+    /// Since when its checks give way to a lifecycle backlog (see `backlog`).
+    waiting_since: Option<Instant>,
 }
 
 /// Per-Extension memory, shared by the event filter, the reconciler and the error policy.
@@ -77,6 +79,23 @@ impl Bookkeeping {
     pub(crate) fn clear_failures(&self, key: &ObjectRef<Extension>) {
         if let Some(entry) = self.entries().get_mut(key) {
             entry.failures = 0;
+        }
+    }
+
+    pub(crate) fn waiting_since(&self, key: &ObjectRef<Extension>) -> Option<Instant> {
+        self.entries().get(key).and_then(|e| e.waiting_since)
+    }
+
+    /// The Extension's check gives way to a backlog from `now`, unless it already does.
+    pub(crate) fn start_waiting(&self, key: &ObjectRef<Extension>, now: Instant) {
+        let mut entries = self.entries();
+        let entry = entries.entry(key.clone()).or_default();
+        entry.waiting_since.get_or_insert(now);
+    }
+
+    pub(crate) fn stop_waiting(&self, key: &ObjectRef<Extension>) {
+        if let Some(entry) = self.entries().get_mut(key) {
+            entry.waiting_since = None;
         }
     }
 
@@ -141,6 +160,16 @@ mod tests {
         assert_eq!(b.pending(&key("a")), Some(written.clone()));
         b.observe_version(&key("a"), Some("7"));
         assert_eq!(b.pending(&key("a")), None);
+        let now = Instant::now();
+        b.start_waiting(&key("a"), now);
+        b.start_waiting(&key("a"), now + Duration::from_secs(5));
+        assert_eq!(
+            b.waiting_since(&key("a")),
+            Some(now),
+            "the first wait counts"
+        );
+        b.stop_waiting(&key("a"));
+        assert_eq!(b.waiting_since(&key("a")), None);
         b.set_pending(&key("b"), Some(written));
         b.retain(|k| k.name == "b");
         assert_eq!(b.len(), 1);

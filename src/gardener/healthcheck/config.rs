@@ -40,6 +40,10 @@ pub struct HealthCheckConfig {
     pub namespace: Option<String>,
     /// The field manager of the condition writes.
     pub field_manager: String,
+    /// The concurrency of the lifecycle controller running beside this one, if any: while
+    /// more Extensions than that have lifecycle work pending, checks give way (for a while;
+    /// see `backlog`). `None`: checks never wait for the lifecycle.
+    pub lifecycle_concurrency: Option<usize>,
 }
 
 /// One condition type on the Extension and the checks that decide it.
@@ -82,6 +86,7 @@ impl fmt::Debug for HealthCheckConfig {
             .field("registrations", &self.registrations)
             .field("namespace", &self.namespace)
             .field("field_manager", &self.field_manager)
+            .field("lifecycle_concurrency", &self.lifecycle_concurrency)
             .finish()
     }
 }
@@ -98,6 +103,7 @@ impl HealthCheckConfig {
             registrations: Vec::new(),
             namespace: None,
             field_manager: DEFAULT_FIELD_MANAGER.to_string(),
+            lifecycle_concurrency: None,
         }
     }
 

@@ -25,6 +25,7 @@
 //! # }
 //! ```
 
+mod backlog;
 mod bookkeeping;
 pub mod check;
 pub mod condition;

@@ -11,6 +11,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::watch;
 
+use super::backlog::{Backlog, Turn, YIELD_RECHECK, turn};
 use super::bookkeeping::{Bookkeeping, PendingWrite};
 use super::check::{CheckContext, HealthCheck};
 use super::condition::{build_condition, find, merge_conditions, now_in_seconds};
@@ -30,6 +31,7 @@ pub(crate) struct Context {
     pub caches: SharedCaches,
     pub config: Arc<HealthCheckConfig>,
     pub bookkeeping: Arc<Bookkeeping>,
+    pub backlog: Backlog,
     /// Becomes `true` on shutdown: running reconciles stop at once, so a replica that lost its
     /// leadership does not keep writing.
     pub stop: watch::Receiver<bool>,
@@ -228,6 +230,24 @@ async fn check_and_write(
     if operation_in_flight(&cached, jiff::Timestamp::now(), ctx.config.period) {
         tracing::debug!(%namespace, %name, "the Extension's operation is in flight; checking later");
         return Ok(Action::requeue(IN_FLIGHT_RECHECK));
+    }
+
+    let key = ObjectRef::from_obj(cached.as_ref());
+    let now = Instant::now();
+    let limit = ctx.config.lifecycle_concurrency;
+    let pending = match limit {
+        Some(_) => ctx.backlog.pending(&ctx.config, now),
+        None => 0,
+    };
+    match turn(pending, limit, ctx.bookkeeping.waiting_since(&key), now) {
+        Turn::Wait => {
+            tracing::debug!(%namespace, %name, pending, "giving way to the lifecycle backlog");
+            ctx.bookkeeping.start_waiting(&key, now);
+            return Ok(Action::requeue(YIELD_RECHECK));
+        }
+        // Checked as usual from now on, for as long as the backlog lasts.
+        Turn::CheckAfterWaiting => {}
+        Turn::Check => ctx.bookkeeping.stop_waiting(&key),
     }
 
     let findings = find_health(&cached, ctx).await?;
