@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures::FutureExt;
 
 use crate::gardener::cache::SharedCaches;
+use crate::gardener::extension::backlog::Backlog;
 use crate::gardener::extension::events::OutcomeEvents;
 use crate::gardener::extension::options::ExtensionControllerOptions;
 use crate::gardener::extension::{
@@ -164,8 +165,20 @@ pub fn add_controllers(
         },
     )
     .with_shoot_user_agent(&manager.user_agent(EXTENSION_CONTROLLER));
-    add_extension_controller(manager, actuator, caches.clone(), reconciler_config)?;
-    add_healthcheck_controller(manager, options, catalog, images, caches)
+    // Work that only reports (health checks, Events) gives way to a queue of reconciles.
+    let backlog = Arc::new(Backlog::new(
+        caches.extensions.store().clone(),
+        usize::from(reconciler_config.max_concurrent),
+        options.healthcheck.healthcheck_period,
+    ));
+    add_extension_controller(
+        manager,
+        actuator,
+        caches.clone(),
+        reconciler_config,
+        backlog.clone(),
+    )?;
+    add_healthcheck_controller(manager, options, catalog, images, caches, backlog)
 }
 
 /// One set of caches (one watch per kind) for both controllers; started on every replica so
@@ -193,6 +206,7 @@ fn add_extension_controller(
     actuator: ShimActuator,
     extension_caches: SharedCaches,
     reconciler_config: ReconcilerConfig,
+    backlog: Arc<Backlog>,
 ) -> Result<(), SetupError> {
     manager.add_controller(EXTENSION_CONTROLLER, move |ctx| {
         let synced = ctx.readiness.register("extension-cache");
@@ -200,10 +214,11 @@ fn add_extension_controller(
             metrics: ctx.metrics.clone(),
             controller: EXTENSION_CONTROLLER,
         });
-        let events = OutcomeEvents::new(
+        let (events, publisher) = OutcomeEvents::new(
             ctx.client.clone(),
             EVENT_REPORTER,
             &crate::gardener::runtime::leader::identity(),
+            Some(backlog),
         );
         let context = Arc::new(
             Context::new(
@@ -216,6 +231,8 @@ fn add_extension_controller(
             .with_events(events),
         );
         async move {
+            // Ends when the controller, which holds the recorder, is gone.
+            tokio::spawn(publisher);
             let shutdown = ctx.shutdown.clone();
             let leader = {
                 let ctx = &ctx;
@@ -240,6 +257,7 @@ fn add_healthcheck_controller(
     catalog: Arc<Catalog>,
     images: Arc<ImageVector>,
     health_caches: SharedCaches,
+    backlog: Arc<Backlog>,
 ) -> Result<(), SetupError> {
     let mut health = HealthCheckConfig::new(EXTENSION_TYPE).register(
         SYSTEM_COMPONENTS_HEALTHY,
@@ -255,7 +273,7 @@ fn add_healthcheck_controller(
     health.classes = options.extension.extension_classes.clone();
     health.period = options.healthcheck.healthcheck_period;
     health.max_concurrent = usize::from(options.healthcheck.healthcheck_max_concurrent_reconciles);
-    health.lifecycle_concurrency = Some(usize::from(options.extension.max_concurrent_reconciles));
+    health.lifecycle_backlog = Some(backlog);
     manager.add_controller(HEALTHCHECK_CONTROLLER, move |ctx| {
         async move {
             if ctx.wait_until_leader().await.is_err() {

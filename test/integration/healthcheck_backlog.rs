@@ -14,6 +14,7 @@ use gardener_extension_containerd_shim::gardener::api::{
     Cluster, ConditionStatus, Extension, OPERATION_ANNOTATION, OperationState,
 };
 use gardener_extension_containerd_shim::gardener::cache::SharedCaches;
+use gardener_extension_containerd_shim::gardener::extension::backlog::Backlog;
 use gardener_extension_containerd_shim::gardener::healthcheck::{
     self, CheckContext, CheckResult, HealthCheck, HealthCheckConfig,
 };
@@ -123,7 +124,11 @@ async fn health_checks_wait_until_the_lifecycle_queue_is_worked_off() {
     let mut config =
         HealthCheckConfig::new(EXTENSION_TYPE).register(CONDITION, vec![Arc::new(Healthy)]);
     config.namespace = Some(ns.clone());
-    config.lifecycle_concurrency = Some(usize::from(LIFECYCLE_CONCURRENCY));
+    config.lifecycle_backlog = Some(Arc::new(Backlog::new(
+        caches.extensions.store().clone(),
+        usize::from(LIFECYCLE_CONCURRENCY),
+        config.period,
+    )));
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let health = tokio::spawn(healthcheck::run(
         c.seed.clone(),

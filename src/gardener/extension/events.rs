@@ -10,9 +10,15 @@
 //! the status patches Gardener requires, and an Event marks a change (the first success, a
 //! recovery, another operation). Publishing is best effort: a failure is logged and never fails
 //! the reconcile.
+//!
+//! The reconcile only queues the event; a publisher task sends it. Nobody waits for an Event as
+//! gardenlet waits for `lastOperation`, so while the lifecycle controller has a backlog the
+//! publisher gives way (at most [`MAX_YIELD`] per event, see [`super::backlog`]): in a first
+//! wave, an Event per Extension was one request in six, each delaying a reconcile.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -22,13 +28,17 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
+use tokio::sync::mpsc;
 
+use super::backlog::{Backlog, MAX_YIELD};
 use crate::gardener::api::{Extension, OperationType};
 
 /// Repeats within this window become a series of one event.
 pub const SERIES_WINDOW: Duration = Duration::from_secs(30 * 60);
 /// The API server's limit for `note`.
 const NOTE_LIMIT: usize = 1024;
+/// How often a publisher that gives way to a backlog looks again.
+const BACKLOG_RECHECK: Duration = Duration::from_secs(1);
 
 /// How an operation ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,12 +47,11 @@ pub enum EventOutcome<'a> {
     Failed(&'a str),
 }
 
-/// Publishes outcome events for one controller instance.
+/// Decides which outcomes are published and queues them for [`publish_queued`].
 pub struct OutcomeEvents {
-    client: Client,
     controller: String,
     instance: String,
-    recent: Mutex<HashMap<SeriesKey, Recent>>,
+    queue: mpsc::UnboundedSender<Queued>,
     /// The reason last published per Extension UID (this process's memory: after a restart the
     /// first outcome of each Extension is published once).
     last_reason: Mutex<HashMap<String, String>>,
@@ -77,31 +86,45 @@ struct SeriesPatch {
     series: EventSeries,
 }
 
+/// An event waiting for the publisher.
+struct Queued {
+    event: Event,
+    key: SeriesKey,
+    /// When the outcome happened.
+    at: Instant,
+    observed: Timestamp,
+}
+
 impl OutcomeEvents {
     /// `controller` is the reporting controller (a qualified name), `instance` this replica.
-    pub fn new(client: Client, controller: &str, instance: &str) -> OutcomeEvents {
-        OutcomeEvents {
-            client,
+    /// Returns the recorder and its publisher, which the caller runs (it ends when the recorder
+    /// is dropped). With `backlog`, the publisher gives way to it.
+    pub fn new(
+        client: Client,
+        controller: &str,
+        instance: &str,
+        backlog: Option<Arc<Backlog>>,
+    ) -> (OutcomeEvents, impl Future<Output = ()> + Send + 'static) {
+        let (queue, queued) = mpsc::unbounded_channel();
+        let events = OutcomeEvents {
             controller: controller.to_string(),
             instance: instance.to_string(),
-            recent: Mutex::new(HashMap::new()),
+            queue,
             last_reason: Mutex::new(HashMap::new()),
-        }
+        };
+        (events, publish_queued(client, queued, backlog))
     }
 
-    pub async fn record(
-        &self,
-        ext: &Extension,
-        operation: OperationType,
-        outcome: EventOutcome<'_>,
-    ) {
+    /// Queues the event for an outcome, unless it is a success that repeats the last one.
+    pub fn record(&self, ext: &Extension, operation: OperationType, outcome: EventOutcome<'_>) {
+        let now = Timestamp::now();
         let event = outcome_event(
             ext,
             operation,
             outcome,
             &self.controller,
             &self.instance,
-            Timestamp::now(),
+            now,
         );
         let key = SeriesKey {
             uid: ext.uid().unwrap_or_default(),
@@ -115,52 +138,13 @@ impl OutcomeEvents {
         let deleted =
             operation == OperationType::Delete && matches!(outcome, EventOutcome::Succeeded(_));
         self.set_last_reason(&key.uid, (!deleted).then(|| key.reason.clone()));
-        let namespace = ext.namespace().unwrap_or_default();
-        let events: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
-        let repeat = self.repeat_of(&key);
-        if let Some(recent) = repeat {
-            let patch = SeriesPatch {
-                series: EventSeries {
-                    count: recent.count + 1,
-                    last_observed_time: MicroTime(Timestamp::now()),
-                },
-            };
-            match events
-                .patch(&recent.name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(_) => {
-                    self.remember(
-                        key,
-                        Recent {
-                            count: recent.count + 1,
-                            at: Instant::now(),
-                            ..recent
-                        },
-                    );
-                    return;
-                }
-                // The event expired (the API server keeps events for an hour): start anew.
-                Err(kube::Error::Api(status)) if status.code == 404 => {}
-                Err(e) => {
-                    tracing::warn!(namespace = %namespace, error = %e, "cannot update an event of the Extension");
-                    return;
-                }
-            }
-        }
-        match events.create(&PostParams::default(), &event).await {
-            Ok(created) => self.remember(
-                key,
-                Recent {
-                    name: created.name_any(),
-                    count: 1,
-                    at: Instant::now(),
-                },
-            ),
-            Err(e) => {
-                tracing::warn!(namespace = %namespace, error = %e, "cannot record an event on the Extension");
-            }
-        }
+        // The publisher is gone only when the controller is stopping.
+        let _ = self.queue.send(Queued {
+            event,
+            key,
+            at: Instant::now(),
+            observed: now,
+        });
     }
 
     fn last_reason(&self, uid: &str) -> Option<String> {
@@ -176,19 +160,91 @@ impl OutcomeEvents {
             };
         }
     }
+}
 
-    fn repeat_of(&self, key: &SeriesKey) -> Option<Recent> {
-        let recent = self.recent.lock().ok()?;
-        recent
-            .get(key)
-            .filter(|r| r.at.elapsed() < SERIES_WINDOW)
-            .cloned()
+/// Publishes the queued events in order until the recorder is dropped.
+async fn publish_queued(
+    client: Client,
+    mut queued: mpsc::UnboundedReceiver<Queued>,
+    backlog: Option<Arc<Backlog>>,
+) {
+    let mut recent: HashMap<SeriesKey, Recent> = HashMap::new();
+    while let Some(item) = queued.recv().await {
+        if let Some(backlog) = &backlog {
+            give_way(backlog, item.at).await;
+        }
+        publish(&client, &mut recent, item).await;
     }
+}
 
-    fn remember(&self, key: SeriesKey, recent: Recent) {
-        if let Ok(mut map) = self.recent.lock() {
-            map.retain(|_, r| r.at.elapsed() < SERIES_WINDOW);
-            map.insert(key, recent);
+/// Returns when the backlog is gone, or `since` is [`MAX_YIELD`] ago.
+async fn give_way(backlog: &Backlog, since: Instant) {
+    loop {
+        let now = Instant::now();
+        if !backlog.busy(now) || now.saturating_duration_since(since) >= MAX_YIELD {
+            return;
+        }
+        tokio::time::sleep(BACKLOG_RECHECK).await;
+    }
+}
+
+async fn publish(client: &Client, recent: &mut HashMap<SeriesKey, Recent>, item: Queued) {
+    let Queued {
+        event,
+        key,
+        observed,
+        ..
+    } = item;
+    let namespace = event.metadata.namespace.clone().unwrap_or_default();
+    let events: Api<Event> = Api::namespaced(client.clone(), &namespace);
+    recent.retain(|_, r| r.at.elapsed() < SERIES_WINDOW);
+    if let Some(earlier) = recent.get(&key).cloned() {
+        let patch = SeriesPatch {
+            series: EventSeries {
+                count: earlier.count + 1,
+                last_observed_time: MicroTime(observed),
+            },
+        };
+        match events
+            .patch(
+                &earlier.name,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => {
+                recent.insert(
+                    key,
+                    Recent {
+                        count: earlier.count + 1,
+                        at: Instant::now(),
+                        ..earlier
+                    },
+                );
+                return;
+            }
+            // The event expired (the API server keeps events for an hour): start anew.
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(e) => {
+                tracing::warn!(namespace = %namespace, error = %e, "cannot update an event of the Extension");
+                return;
+            }
+        }
+    }
+    match events.create(&PostParams::default(), &event).await {
+        Ok(created) => {
+            recent.insert(
+                key,
+                Recent {
+                    name: created.name_any(),
+                    count: 1,
+                    at: Instant::now(),
+                },
+            );
+        }
+        Err(e) => {
+            tracing::warn!(namespace = %namespace, error = %e, "cannot record an event on the Extension");
         }
     }
 }
@@ -255,6 +311,35 @@ mod tests {
         let mut ext = test_extension("shoot--p--s", "containerd-shim", "containerd-shim", None);
         ext.metadata.uid = Some("uid-1".into());
         ext
+    }
+
+    fn backlog_of(pending: usize) -> Backlog {
+        let (store, mut writer) = kube::runtime::reflector::store::<Extension>();
+        for i in 0..pending {
+            let mut ext = extension();
+            ext.metadata.name = Some(format!("ext-{i}"));
+            ext.annotations_mut().insert(
+                crate::gardener::api::OPERATION_ANNOTATION.into(),
+                "reconcile".into(),
+            );
+            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(ext));
+        }
+        Backlog::new(store, 1, Duration::from_secs(30))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_event_gives_way_to_a_queue_of_reconciles_for_a_while() {
+        let now = Instant::now();
+        let no_queue = backlog_of(1);
+        let quiet = tokio::time::timeout(Duration::from_secs(1), give_way(&no_queue, now));
+        assert!(quiet.await.is_ok(), "no queue: published at once");
+        let queue = backlog_of(2);
+        let held = tokio::time::timeout(Duration::from_secs(60), give_way(&queue, now));
+        assert!(held.await.is_err(), "a queue holds the event back");
+        if let Some(long_ago) = now.checked_sub(MAX_YIELD) {
+            let overdue = tokio::time::timeout(Duration::from_secs(1), give_way(&queue, long_ago));
+            assert!(overdue.await.is_ok(), "but not longer than MAX_YIELD");
+        }
     }
 
     #[test]

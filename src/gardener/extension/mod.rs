@@ -7,6 +7,7 @@
 //! - [`controller`]: watches, event filtering, queue, concurrency.
 
 pub mod actuator;
+pub mod backlog;
 pub mod context;
 pub mod controller;
 pub mod error;

@@ -378,9 +378,7 @@ impl<A: Actuator> Run<'_, A> {
         observer.operation(path.metric, OperationResult::Error, started.elapsed());
         tracing::error!(object = %self.object, operation = op.as_str(), error = %message, "operation failed");
         if let Some(events) = &self.ctx.events {
-            events
-                .record(&self.ext, op, EventOutcome::Failed(&message))
-                .await;
+            events.record(&self.ext, op, EventOutcome::Failed(&message));
         }
         ReconcileError::Actuator {
             operation: op,
@@ -405,9 +403,7 @@ impl<A: Actuator> Run<'_, A> {
         observer.operation(path.metric, OperationResult::Succeeded, started.elapsed());
         tracing::info!(object = %self.object, operation = op.as_str(), "succeeded");
         if let Some(events) = &self.ctx.events {
-            events
-                .record(&self.ext, op, EventOutcome::Succeeded(path.success))
-                .await;
+            events.record(&self.ext, op, EventOutcome::Succeeded(path.success));
         }
         Ok(())
     }

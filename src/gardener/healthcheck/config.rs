@@ -11,6 +11,7 @@ use super::check::HealthCheck;
 use super::error::HealthCheckError;
 use crate::gardener::api::Extension;
 use crate::gardener::api::extension::DEFAULT_CLASS;
+use crate::gardener::extension::backlog::Backlog;
 
 /// How often every Extension is checked when nothing else triggers a check.
 pub const DEFAULT_PERIOD: Duration = Duration::from_secs(30);
@@ -40,10 +41,10 @@ pub struct HealthCheckConfig {
     pub namespace: Option<String>,
     /// The field manager of the condition writes.
     pub field_manager: String,
-    /// The concurrency of the lifecycle controller running beside this one, if any: while
-    /// more Extensions than that have lifecycle work pending, checks give way (for a while;
-    /// see `backlog`). `None`: checks never wait for the lifecycle.
-    pub lifecycle_concurrency: Option<usize>,
+    /// The backlog of the lifecycle controller running beside this one, if any: while it has
+    /// a queue, checks give way (for a while; see `backlog`). `None`: checks never wait for
+    /// the lifecycle.
+    pub lifecycle_backlog: Option<Arc<Backlog>>,
 }
 
 /// One condition type on the Extension and the checks that decide it.
@@ -86,7 +87,7 @@ impl fmt::Debug for HealthCheckConfig {
             .field("registrations", &self.registrations)
             .field("namespace", &self.namespace)
             .field("field_manager", &self.field_manager)
-            .field("lifecycle_concurrency", &self.lifecycle_concurrency)
+            .field("lifecycle_backlog", &self.lifecycle_backlog.is_some())
             .finish()
     }
 }
@@ -103,7 +104,7 @@ impl HealthCheckConfig {
             registrations: Vec::new(),
             namespace: None,
             field_manager: DEFAULT_FIELD_MANAGER.to_string(),
-            lifecycle_concurrency: None,
+            lifecycle_backlog: None,
         }
     }
 

@@ -15,7 +15,6 @@ use kube::runtime::controller::{self, Action, ReconcileReason, ReconcileRequest}
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::watch;
 
-use super::backlog::Backlog;
 use super::bookkeeping::{Bookkeeping, retry_delay};
 use super::config::HealthCheckConfig;
 use super::error::HealthCheckError;
@@ -82,7 +81,6 @@ where
         caches,
         config,
         bookkeeping,
-        backlog: Backlog::new(store.clone()),
         stop: stop_rx,
     });
     let reconciles = applier(

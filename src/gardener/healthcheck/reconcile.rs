@@ -11,7 +11,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::watch;
 
-use super::backlog::{Backlog, Turn, YIELD_RECHECK, turn};
+use super::backlog::{Turn, YIELD_RECHECK, turn};
 use super::bookkeeping::{Bookkeeping, PendingWrite};
 use super::check::{CheckContext, HealthCheck};
 use super::condition::{build_condition, find, merge_conditions, now_in_seconds};
@@ -31,7 +31,6 @@ pub(crate) struct Context {
     pub caches: SharedCaches,
     pub config: Arc<HealthCheckConfig>,
     pub bookkeeping: Arc<Bookkeeping>,
-    pub backlog: Backlog,
     /// Becomes `true` on shutdown: running reconciles stop at once, so a replica that lost its
     /// leadership does not keep writing.
     pub stop: watch::Receiver<bool>,
@@ -234,14 +233,14 @@ async fn check_and_write(
 
     let key = ObjectRef::from_obj(cached.as_ref());
     let now = Instant::now();
-    let limit = ctx.config.lifecycle_concurrency;
-    let pending = match limit {
-        Some(_) => ctx.backlog.pending(&ctx.config, now),
-        None => 0,
-    };
-    match turn(pending, limit, ctx.bookkeeping.waiting_since(&key), now) {
+    let busy = ctx
+        .config
+        .lifecycle_backlog
+        .as_ref()
+        .is_some_and(|backlog| backlog.busy(now));
+    match turn(busy, ctx.bookkeeping.waiting_since(&key), now) {
         Turn::Wait => {
-            tracing::debug!(%namespace, %name, pending, "giving way to the lifecycle backlog");
+            tracing::debug!(%namespace, %name, "giving way to the lifecycle backlog");
             ctx.bookkeeping.start_waiting(&key, now);
             return Ok(Action::requeue(YIELD_RECHECK));
         }

@@ -8,7 +8,8 @@
 //!    itself. Every wave is reported as a ratio to it.
 //! 2. **First wave**: a controller with the production resync period (1 h) starts; the time
 //!    until gardenlet's readiness check passes for all N (a watch, no polling), its CPU
-//!    seconds and peak RSS.
+//!    seconds and peak RSS. Then the time until every Extension also has its health
+//!    condition and its first Event: the reports that give way to the wave.
 //! 3. **Idle** (at N = `FLEET_IDLE_AT`, default 500): the same process, nothing changing, for
 //!    `FLEET_IDLE_SECONDS` (default 300): requests per Extension and minute, the leader election
 //!    and the heartbeat separately, and the RSS the process keeps.
@@ -51,7 +52,7 @@ use gardener_extension_containerd_shim::shim::controllers::{self, CatalogOptions
 use gardener_extension_containerd_shim::user_agent;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
-use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
@@ -349,6 +350,9 @@ pub struct FleetResult {
     pub ready_seconds: f64,
     /// From the controller's start until gardenlet's check passes for every Extension.
     pub all_succeeded_seconds: f64,
+    /// From the controller's start until every Extension also has its health condition and its
+    /// first outcome Event: the reports that give way while the wave lasts.
+    pub reports_seconds: f64,
     /// The first wave divided by the floor (with GRM), and by the API server's alone.
     pub floor_ratio: f64,
     pub floor_api_ratio: f64,
@@ -471,6 +475,52 @@ async fn wait_all_ready(
     }
 }
 
+/// Waits until every Extension of the fleet has a health condition and a `CreateSucceeded`
+/// Event, polling.
+async fn wait_reports(
+    extensions: &Api<Extension>,
+    observer: &Client,
+    selector: &str,
+    namespaces: &HashSet<String>,
+) {
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::all(observer.clone());
+    let n = namespaces.len();
+    let deadline = Instant::now() + PHASE_LIMIT;
+    loop {
+        let with_conditions = extensions
+            .list(&ListParams::default().labels(selector))
+            .await
+            .map(|l| {
+                l.items
+                    .iter()
+                    .filter(|e| e.status.as_ref().is_some_and(|s| !s.conditions.is_empty()))
+                    .count()
+            })
+            .unwrap_or(0);
+        let published: HashSet<String> = events
+            .list(&ListParams::default().fields("reason=CreateSucceeded"))
+            .await
+            .map(|l| {
+                l.items
+                    .into_iter()
+                    .filter_map(|e| e.metadata.namespace)
+                    .filter(|ns| namespaces.contains(ns))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if with_conditions == n && published.len() == n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "within {PHASE_LIMIT:?}, {with_conditions} of {n} Extensions got a health condition \
+             and {} a CreateSucceeded Event",
+            published.len()
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
 /// Fails with the controller's log when it has ended (the benchmark never stops it but in
 /// [`stop`]; something else on the machine did, or it crashed).
 fn require_running(controller: &mut Replica) {
@@ -588,6 +638,14 @@ async fn bench_one(
         result.floor_api_ratio,
         first.cpu_seconds,
         mib(first.vm_hwm_kib)
+    );
+
+    // The reports held back during the wave are sent before anything else is measured.
+    wait_reports(&extensions, &clients.observer, &selector, &namespaces).await;
+    result.reports_seconds = started.elapsed().as_secs_f64();
+    eprintln!(
+        "N={n}: every health condition and first Event written {:.1} s after start",
+        result.reports_seconds
     );
 
     // Phase 2: idle, the same process.
