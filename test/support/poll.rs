@@ -11,13 +11,28 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Polls `check` every `interval` until it returns `Ok(value)`, then returns the value. When
 /// the deadline passes, fails the test with `what` and the last `Err` the check returned, which
 /// should describe the state observed so the failure says what was wrong.
-pub async fn until<T, E, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+pub async fn until<T, E, F, Fut>(what: &str, timeout: Duration, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, E>>,
     E: Debug,
 {
-    let interval = Duration::from_millis(200);
+    until_every(what, timeout, Duration::from_millis(200), check).await
+}
+
+/// [`until`] with a poll interval of its own, for checks too costly to repeat five times a
+/// second (lists of thousands of objects in a benchmark).
+pub async fn until_every<T, E, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    interval: Duration,
+    mut check: F,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    E: Debug,
+{
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
         match check().await {

@@ -23,6 +23,33 @@ pub const MAX_YIELD: Duration = Duration::from_secs(3 * 60);
 /// How long a count is used before the Extensions are counted again.
 const RECOUNT_AFTER: Duration = Duration::from_secs(1);
 
+/// Whether gardenlet's `reconcile` or `restore` request is on the Extension, not yet taken.
+pub fn operation_requested(extension: &Extension) -> bool {
+    extension
+        .annotations()
+        .get(OPERATION_ANNOTATION)
+        .is_some_and(|op| op == operation::RECONCILE || op == operation::RESTORE)
+}
+
+/// Whether the last operation is `Processing`, written less than `running_for` before `now`:
+/// an operation that has not written for longer is nobody's work any more.
+pub fn processing_within(
+    extension: &Extension,
+    now: jiff::Timestamp,
+    running_for: Duration,
+) -> bool {
+    extension
+        .status
+        .as_ref()
+        .and_then(|s| s.last_operation.as_ref())
+        .is_some_and(|op| {
+            op.state == OperationState::Processing
+                && jiff::SignedDuration::try_from(running_for).is_ok_and(|span| {
+                    now < op.last_update_time.0.saturating_add(span).unwrap_or(now)
+                })
+        })
+}
+
 /// Whether the lifecycle controller has work to do on `extension`: gardenlet asked for an
 /// operation that has not been taken, the spec changed since the last one was observed, or
 /// `Processing` was written less than `running_for` ago.
@@ -34,23 +61,13 @@ pub fn lifecycle_pending(
     if extension.metadata.deletion_timestamp.is_some() {
         return false;
     }
-    let requested = extension
-        .annotations()
-        .get(OPERATION_ANNOTATION)
-        .is_some_and(|op| op == operation::RECONCILE || op == operation::RESTORE);
-    let status = extension.status.as_ref();
-    let observed = status.and_then(|s| s.observed_generation);
+    let observed = extension
+        .status
+        .as_ref()
+        .and_then(|s| s.observed_generation);
     let spec_changed =
         extension.metadata.generation.is_some() && observed < extension.metadata.generation;
-    let running = status
-        .and_then(|s| s.last_operation.as_ref())
-        .is_some_and(|op| {
-            op.state == OperationState::Processing
-                && jiff::SignedDuration::try_from(running_for).is_ok_and(|span| {
-                    now < op.last_update_time.0.saturating_add(span).unwrap_or(now)
-                })
-        });
-    requested || spec_changed || running
+    operation_requested(extension) || spec_changed || processing_within(extension, now, running_for)
 }
 
 /// Counts the Extensions of a cache with lifecycle work pending, at most once a second.

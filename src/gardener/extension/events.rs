@@ -90,9 +90,8 @@ struct SeriesPatch {
 struct Queued {
     event: Event,
     key: SeriesKey,
-    /// When the outcome happened.
+    /// When the outcome happened (the event's `eventTime` says the same for the API).
     at: Instant,
-    observed: Timestamp,
 }
 
 impl OutcomeEvents {
@@ -143,7 +142,6 @@ impl OutcomeEvents {
             event,
             key,
             at: Instant::now(),
-            observed: now,
         });
     }
 
@@ -189,12 +187,7 @@ async fn give_way(backlog: &Backlog, since: Instant) {
 }
 
 async fn publish(client: &Client, recent: &mut HashMap<SeriesKey, Recent>, item: Queued) {
-    let Queued {
-        event,
-        key,
-        observed,
-        ..
-    } = item;
+    let Queued { event, key, .. } = item;
     let namespace = event.metadata.namespace.clone().unwrap_or_default();
     let events: Api<Event> = Api::namespaced(client.clone(), &namespace);
     recent.retain(|_, r| r.at.elapsed() < SERIES_WINDOW);
@@ -202,7 +195,10 @@ async fn publish(client: &Client, recent: &mut HashMap<SeriesKey, Recent>, item:
         let patch = SeriesPatch {
             series: EventSeries {
                 count: earlier.count + 1,
-                last_observed_time: MicroTime(observed),
+                last_observed_time: event
+                    .event_time
+                    .clone()
+                    .unwrap_or_else(|| MicroTime(Timestamp::now())),
             },
         };
         match events

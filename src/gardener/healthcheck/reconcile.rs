@@ -20,10 +20,9 @@ use super::error::HealthCheckError;
 use super::result::{Aggregate, CheckResult, aggregate};
 use super::verdict::{condition_update, hibernated_update};
 use crate::gardener::api::extension::DEFAULT_CLASS;
-use crate::gardener::api::{
-    Condition, Extension, OPERATION_ANNOTATION, OperationState, OperationType, operation,
-};
+use crate::gardener::api::{Condition, Extension, OPERATION_ANNOTATION, OperationType, operation};
 use crate::gardener::cache::SharedCaches;
+use crate::gardener::extension::backlog::{operation_requested, processing_within};
 
 /// What every reconcile shares.
 pub(crate) struct Context {
@@ -75,21 +74,14 @@ pub(crate) fn operation_in_flight(
     now: jiff::Timestamp,
     period: Duration,
 ) -> bool {
-    let last = extension
+    let operated = extension
         .status
         .as_ref()
-        .and_then(|s| s.last_operation.as_ref());
-    match last {
-        None => extension
-            .annotations()
-            .get(OPERATION_ANNOTATION)
-            .is_some_and(|op| op == operation::RECONCILE || op == operation::RESTORE),
-        Some(op) => {
-            op.state == OperationState::Processing
-                && jiff::SignedDuration::try_from(period).is_ok_and(|period| {
-                    now < op.last_update_time.0.saturating_add(period).unwrap_or(now)
-                })
-        }
+        .is_some_and(|s| s.last_operation.is_some());
+    if operated {
+        processing_within(extension, now, period)
+    } else {
+        operation_requested(extension)
     }
 }
 
@@ -368,6 +360,11 @@ async fn write_conditions(
         namespace: namespace.clone(),
         name: name.clone(),
     };
+    let write_error = |source| HealthCheckError::Write {
+        namespace: namespace.clone(),
+        name: name.clone(),
+        source,
+    };
     let api: Api<Extension> = Api::namespaced(ctx.client.clone(), &namespace);
     let params = PatchParams {
         field_manager: Some(ctx.config.field_manager.clone()),
@@ -407,24 +404,12 @@ async fn write_conditions(
                         };
                     }
                     Ok(None) => return Ok(()),
-                    Err(source) => {
-                        return Err(HealthCheckError::Write {
-                            namespace,
-                            name,
-                            source,
-                        });
-                    }
+                    Err(source) => return Err(write_error(source)),
                 }
             }
             // Deleted meanwhile: nothing left to report on.
             Err(e) if status_code(&e) == Some(404) => return Ok(()),
-            Err(source) => {
-                return Err(HealthCheckError::Write {
-                    namespace,
-                    name,
-                    source,
-                });
-            }
+            Err(source) => return Err(write_error(source)),
         }
     }
     Err(conflict())

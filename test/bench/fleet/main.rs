@@ -485,8 +485,8 @@ async fn wait_reports(
 ) {
     let events: Api<k8s_openapi::api::core::v1::Event> = Api::all(observer.clone());
     let n = namespaces.len();
-    let deadline = Instant::now() + PHASE_LIMIT;
-    loop {
+    let what = "every Extension's health condition and CreateSucceeded Event";
+    support::poll::until_every(what, PHASE_LIMIT, Duration::from_secs(2), || async {
         let with_conditions = extensions
             .list(&ListParams::default().labels(selector))
             .await
@@ -509,16 +509,15 @@ async fn wait_reports(
             })
             .unwrap_or_default();
         if with_conditions == n && published.len() == n {
-            return;
+            Ok(())
+        } else {
+            Err(format!(
+                "{with_conditions} of {n} with a condition, {} with the Event",
+                published.len()
+            ))
         }
-        assert!(
-            Instant::now() < deadline,
-            "within {PHASE_LIMIT:?}, {with_conditions} of {n} Extensions got a health condition \
-             and {} a CreateSucceeded Event",
-            published.len()
-        );
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
+    })
+    .await;
 }
 
 /// Fails with the controller's log when it has ended (the benchmark never stops it but in
