@@ -6,7 +6,8 @@
 //! lists and the watch traffic. A seed holds the Extensions of every extension type (no server
 //! side filter can select `spec.type`); only those of the configured type are kept.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use futures::StreamExt;
 use kube::api::Api;
@@ -45,6 +46,7 @@ pub struct ExtensionCache {
     store: Store<Extension>,
     ready: tokio::sync::watch::Receiver<bool>,
     subscribers: Arc<Mutex<Vec<mpsc::Sender<ExtensionEvent>>>>,
+    by_namespace: Arc<RwLock<NamespaceIndex>>,
     _task: Arc<AbortOnDrop>,
 }
 
@@ -60,8 +62,10 @@ impl ExtensionCache {
         let (store, mut writer) = reflector::store::<Extension>();
         let (ready_tx, ready) = tokio::sync::watch::channel(false);
         let subscribers: Arc<Mutex<Vec<mpsc::Sender<ExtensionEvent>>>> = Arc::default();
+        let by_namespace: Arc<RwLock<NamespaceIndex>> = Arc::default();
         let task = {
-            let (store, subscribers) = (store.clone(), subscribers.clone());
+            let (store, subscribers, by_namespace) =
+                (store.clone(), subscribers.clone(), by_namespace.clone());
             tokio::spawn(async move {
                 let mut events = watcher::watcher(api, config)
                     .default_backoff()
@@ -85,6 +89,10 @@ impl ExtensionCache {
                         Event::Init | Event::InitDone => None,
                     };
                     writer.apply_watcher_event(&event);
+                    by_namespace
+                        .write()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .follow(&event, &store);
                     let change = match event {
                         Event::Apply(obj) => {
                             let new = store
@@ -113,8 +121,22 @@ impl ExtensionCache {
             store,
             ready,
             subscribers,
+            by_namespace,
             _task: Arc::new(AbortOnDrop(task.abort_handle())),
         }
+    }
+
+    /// The latest state of the watched Extensions in `namespace`: a lookup, where filtering
+    /// [`Store::state`] would copy every Extension of the seed for each ManagedResource or
+    /// Cluster change.
+    pub fn in_namespace(&self, namespace: &str) -> Vec<Arc<Extension>> {
+        let keys = self
+            .by_namespace
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys(namespace)
+            .to_vec();
+        keys.iter().filter_map(|key| self.store.get(key)).collect()
     }
 
     /// The latest state of every watched Extension.
@@ -142,6 +164,55 @@ impl ExtensionCache {
 
     pub fn is_ready(&self) -> bool {
         *self.ready.borrow()
+    }
+}
+
+/// The keys of the store's objects by namespace. Follows the same events as the store, after
+/// it: a relist replaces the store's contents at `InitDone`, so the index is rebuilt then.
+#[derive(Default)]
+struct NamespaceIndex {
+    keys: HashMap<String, Vec<ObjectRef<Extension>>>,
+}
+
+impl NamespaceIndex {
+    fn follow(&mut self, event: &Event<Extension>, store: &Store<Extension>) {
+        match event {
+            Event::Apply(obj) => {
+                let key = ObjectRef::from_obj(obj);
+                let keys = self
+                    .keys
+                    .entry(key.namespace.clone().unwrap_or_default())
+                    .or_default();
+                if !keys.contains(&key) {
+                    keys.push(key);
+                }
+            }
+            Event::Delete(obj) => {
+                let key = ObjectRef::from_obj(obj);
+                let namespace = key.namespace.clone().unwrap_or_default();
+                if let Some(keys) = self.keys.get_mut(&namespace) {
+                    keys.retain(|k| k != &key);
+                    if keys.is_empty() {
+                        self.keys.remove(&namespace);
+                    }
+                }
+            }
+            Event::InitDone => {
+                self.keys.clear();
+                for obj in store.state() {
+                    let key = ObjectRef::from_obj(obj.as_ref());
+                    self.keys
+                        .entry(key.namespace.clone().unwrap_or_default())
+                        .or_default()
+                        .push(key);
+                }
+            }
+            Event::Init | Event::InitApply(_) => {}
+        }
+    }
+
+    fn keys(&self, namespace: &str) -> &[ObjectRef<Extension>] {
+        self.keys.get(namespace).map(Vec::as_slice).unwrap_or(&[])
     }
 }
 
@@ -219,6 +290,43 @@ mod tests {
             keep(Event::Apply(ext("c", "other")), ours, &store),
             Some(Event::Delete(_))
         ));
+    }
+
+    fn keys_in(index: &NamespaceIndex, namespace: &str) -> Vec<String> {
+        index
+            .keys(namespace)
+            .iter()
+            .map(|k| k.name.clone())
+            .collect()
+    }
+
+    #[test]
+    fn the_namespace_index_follows_applies_deletes_and_relists() {
+        let (store, mut writer) = reflector::store::<Extension>();
+        let mut index = NamespaceIndex::default();
+        let mut step = |event: Event<Extension>, index: &mut NamespaceIndex| {
+            writer.apply_watcher_event(&event);
+            index.follow(&event, &store);
+        };
+        step(Event::Apply(ext("a", "containerd-shim")), &mut index);
+        step(Event::Apply(ext("a", "containerd-shim")), &mut index);
+        step(Event::Apply(ext("b", "containerd-shim")), &mut index);
+        assert_eq!(
+            keys_in(&index, "ns"),
+            ["a", "b"],
+            "an update is not a second key"
+        );
+        assert!(keys_in(&index, "other").is_empty());
+        step(Event::Delete(ext("a", "containerd-shim")), &mut index);
+        assert_eq!(keys_in(&index, "ns"), ["b"]);
+        // A relist in which b is gone and c is new: the old keys stay until it is complete.
+        step(Event::Init, &mut index);
+        step(Event::InitApply(ext("c", "containerd-shim")), &mut index);
+        assert_eq!(keys_in(&index, "ns"), ["b"]);
+        step(Event::InitDone, &mut index);
+        assert_eq!(keys_in(&index, "ns"), ["c"]);
+        step(Event::Delete(ext("c", "containerd-shim")), &mut index);
+        assert!(index.keys.is_empty(), "an emptied namespace is dropped");
     }
 
     #[tokio::test]

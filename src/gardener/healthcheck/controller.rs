@@ -155,16 +155,18 @@ fn managed_resource_triggers(
     caches: &SharedCaches,
     config: &Arc<HealthCheckConfig>,
 ) -> BoxStream<'static, ReconcileRequest<Extension>> {
-    let store = caches.extensions.store().clone();
+    let extensions = caches.extensions.clone();
     let config = config.clone();
     changes(caches.managed_resources.subscribe())
         .flat_map(move |change| {
             let refs = match change {
                 Change::Changed(mr) => match mr.namespace {
-                    Some(namespace) => extensions_in(&store.state(), &config, &namespace, false),
+                    Some(namespace) => {
+                        extensions_in(&extensions.in_namespace(&namespace), &config, false)
+                    }
                     None => Vec::new(),
                 },
-                Change::Missed => all(&store, &config),
+                Change::Missed => all(extensions.store(), &config),
             };
             stream::iter(refs)
         })
@@ -176,16 +178,16 @@ fn cluster_triggers(
     caches: &SharedCaches,
     config: &Arc<HealthCheckConfig>,
 ) -> BoxStream<'static, ReconcileRequest<Extension>> {
-    let store = caches.extensions.store().clone();
+    let extensions = caches.extensions.clone();
     let config = config.clone();
     changes(caches.clusters.subscribe())
         .flat_map(move |change| {
             let refs = match change {
                 // A Cluster is named like the shoot namespace it belongs to.
                 Change::Changed(cluster) => {
-                    extensions_in(&store.state(), &config, &cluster.name, true)
+                    extensions_in(&extensions.in_namespace(&cluster.name), &config, true)
                 }
-                Change::Missed => all(&store, &config),
+                Change::Missed => all(extensions.store(), &config),
             };
             stream::iter(refs)
         })
@@ -204,15 +206,15 @@ fn check_triggers(
         .flat_map(|r| r.checks.iter())
         .filter_map(|check| check.changes())
         .map(|namespaces| {
-            let store = caches.extensions.store().clone();
+            let extensions = caches.extensions.clone();
             let config = config.clone();
             changes(namespaces)
                 .flat_map(move |change| {
                     let refs = match change {
                         Change::Changed(namespace) => {
-                            extensions_in(&store.state(), &config, &namespace, false)
+                            extensions_in(&extensions.in_namespace(&namespace), &config, false)
                         }
-                        Change::Missed => all(&store, &config),
+                        Change::Missed => all(extensions.store(), &config),
                     };
                     stream::iter(refs)
                 })

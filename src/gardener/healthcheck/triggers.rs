@@ -5,7 +5,6 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use futures::Stream;
-use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::broadcast;
 
@@ -132,17 +131,15 @@ impl ExtensionEvents {
     }
 }
 
-/// The Extensions the controller handles in `namespace`; with `shoot_only`, only those of
-/// class shoot (a Cluster belongs to a shoot namespace and matters only to them).
+/// Those of the Extensions of one namespace that the controller handles; with `shoot_only`,
+/// only those of class shoot (a Cluster belongs to a shoot namespace and matters only to them).
 pub(crate) fn extensions_in(
-    extensions: &[Arc<Extension>],
+    in_namespace: &[Arc<Extension>],
     config: &HealthCheckConfig,
-    namespace: &str,
     shoot_only: bool,
 ) -> Vec<ObjectRef<Extension>> {
-    extensions
+    in_namespace
         .iter()
-        .filter(|e| e.namespace().as_deref() == Some(namespace))
         .filter(|e| config.handles(e))
         .filter(|e| !shoot_only || e.class_or_default() == DEFAULT_CLASS)
         .map(|e| ObjectRef::from_obj(e.as_ref()))
@@ -368,24 +365,23 @@ mod tests {
     }
 
     #[test]
-    fn extensions_in_a_namespace() {
-        let all: Vec<Arc<Extension>> = vec![
+    fn the_handled_extensions_of_a_namespace() {
+        let in_namespace: Vec<Arc<Extension>> = vec![
             Arc::new(ours("a", 1)),
             Arc::new(ext("a", "seedy", "containerd-shim", Some("seed"), 1)),
             Arc::new(ext("a", "other", "other-type", None, 1)),
-            Arc::new(ours("b", 1)),
         ];
         let mut config = HealthCheckConfig::new("containerd-shim");
         config.classes = vec!["shoot".into(), "seed".into()];
-        let refs = |ns, shoot_only| -> Vec<String> {
-            extensions_in(&all, &config, ns, shoot_only)
+        let refs = |shoot_only| -> Vec<String> {
+            extensions_in(&in_namespace, &config, shoot_only)
                 .into_iter()
                 .map(|r| r.name)
                 .collect()
         };
-        assert_eq!(refs("a", false), ["containerd-shim", "seedy"]);
-        assert_eq!(refs("a", true), ["containerd-shim"]);
-        assert!(refs("c", false).is_empty());
+        assert_eq!(refs(false), ["containerd-shim", "seedy"]);
+        assert_eq!(refs(true), ["containerd-shim"]);
+        assert!(extensions_in(&[], &config, false).is_empty());
     }
 
     #[tokio::test]
