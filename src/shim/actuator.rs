@@ -30,7 +30,9 @@ use crate::gardener::api::managed_resource::Unhealthy;
 use crate::gardener::api::{Extension, ManagedResource, Shoot};
 use crate::gardener::extension::{Actuator, ActuatorContext, Outcome};
 use crate::gardener::imagevector::ImageVector;
-use crate::gardener::managed_resource::{self, Manifest, SecretData, catch_up, leftovers};
+use crate::gardener::managed_resource::{
+    self, Manifest, PackedBundles, SecretData, catch_up, leftovers,
+};
 use crate::gardener::shoot_client::ShootClients;
 use crate::shim::bundle_kinds;
 use crate::shim::config::{self, Catalog, desired, images};
@@ -72,6 +74,7 @@ pub struct ShimActuator {
     images: Arc<ImageVector>,
     settings: ActuatorSettings,
     shoot_clients: ShootClients,
+    packed: PackedBundles,
 }
 
 /// How far writing the install bundle got.
@@ -100,6 +103,7 @@ impl ShimActuator {
             images,
             settings,
             shoot_clients: ShootClients::default(),
+            packed: PackedBundles::default(),
         }
     }
 
@@ -118,7 +122,7 @@ impl ShimActuator {
     /// The packed bundle for the Extension's configuration (pure apart from reading the
     /// injected catalog and image vector). Shared with the offline renderer.
     pub fn install_bundle(&self, ext: &Extension, shoot: &Shoot) -> Result<SecretData, ShimError> {
-        Ok(managed_resource::pack(self.install_manifests(ext, shoot)?)?)
+        Ok(self.packed.pack(self.install_manifests(ext, shoot)?)?)
     }
 
     fn install_manifests(
@@ -209,7 +213,7 @@ impl ShimActuator {
             tracing::info!(namespace = %namespace, "shoot is hibernated; leaving the installed bundle as it is");
             return Ok(Applied::Hibernated);
         }
-        let data = managed_resource::pack(manifests.iter().cloned())?;
+        let data = self.packed.pack(manifests.iter().cloned())?;
         let current = match ctx.cached_managed_resource(&namespace, MANAGED_RESOURCE) {
             // Caught up: nothing to wait for, and an update from a stale copy fails with a
             // conflict and reads anew.
@@ -472,7 +476,7 @@ impl Actuator for ShimActuator {
             .apply(
                 &namespace,
                 Some(current.clone()),
-                &managed_resource::pack(manifests.iter().cloned())?,
+                &self.packed.pack(manifests.iter().cloned())?,
             )
             .await?;
         let state = if written {

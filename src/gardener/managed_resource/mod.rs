@@ -22,6 +22,7 @@ pub mod apply;
 pub mod catch_up;
 pub mod desired;
 pub mod leftovers;
+pub mod packed;
 pub mod secret;
 pub mod wait;
 
@@ -32,6 +33,7 @@ pub use apply::{
     delete, referenced_objects, set_keep_objects, update_shoot_bundle,
 };
 pub use desired::DesiredManagedResource;
+pub use packed::PackedBundles;
 pub use secret::{Manifest, Scope, SecretData, decode, decode_secret, pack};
 pub use wait::{Awaited, DEFAULT_POLL_INTERVAL, Wait, wait_until, wait_until_deleted};
 

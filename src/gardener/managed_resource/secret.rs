@@ -258,6 +258,13 @@ fn sha256_hex(bytes: &[u8]) -> String {
 /// ending in a newline, separated by `---\n`, Brotli-compressed under [`COMPRESSED_DATA_KEY`].
 /// Two objects with the same file name (same kind, namespace and name) are an error.
 pub fn pack(manifests: impl IntoIterator<Item = Manifest>) -> Result<SecretData, Error> {
+    pack_sorted(&by_file_name(manifests)?)
+}
+
+/// The objects by file name; two with the same file name are an error.
+pub(super) fn by_file_name(
+    manifests: impl IntoIterator<Item = Manifest>,
+) -> Result<BTreeMap<String, Value>, Error> {
     let mut sorted: BTreeMap<String, Value> = BTreeMap::new();
     for manifest in manifests {
         if sorted.contains_key(&manifest.file_name) {
@@ -267,6 +274,11 @@ pub fn pack(manifests: impl IntoIterator<Item = Manifest>) -> Result<SecretData,
         }
         sorted.insert(manifest.file_name, manifest.value);
     }
+    Ok(sorted)
+}
+
+/// [`pack`] of objects already sorted by file name.
+pub(super) fn pack_sorted(sorted: &BTreeMap<String, Value>) -> Result<SecretData, Error> {
     let mut stream = String::new();
     for (index, (file_name, value)) in sorted.iter().enumerate() {
         if index > 0 {
