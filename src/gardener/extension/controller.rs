@@ -68,7 +68,7 @@ pub async fn run<A: Actuator>(
     let _replay_guard = AbortOnDrop(replay);
     tracing::info!(controller = "extension", "starting workers");
 
-    let cluster_triggers = cluster_changes(&ctx, &store);
+    let cluster_triggers = cluster_changes(&ctx);
     let trigger_stream = futures::stream::select(queue.map(Ok), cluster_triggers.map(Ok));
     Controller::for_stream(trigger_stream, store)
         .with_config(controller::Config::default().concurrency(config.max_concurrent))
@@ -207,13 +207,12 @@ async fn replay_cache(
 /// we implement the intent). In the default mode Cluster changes trigger nothing.
 fn cluster_changes<A: Actuator>(
     ctx: &Arc<Context<A>>,
-    store: &Store<Extension>,
 ) -> futures::stream::BoxStream<'static, Extension> {
     if ctx.config.trigger != TriggerMode::GenerationChanged {
         return futures::stream::pending().boxed();
     }
     let changes = ctx.caches.clusters.subscribe();
-    let store = store.clone();
+    let extensions = ctx.caches.extensions.clone();
     let config = ctx.config.clone();
     futures::stream::unfold(changes, |mut changes| async move {
         loop {
@@ -225,10 +224,9 @@ fn cluster_changes<A: Actuator>(
         }
     })
     .flat_map(move |namespace| {
-        let matching: Vec<Extension> = store
-            .state()
+        let matching: Vec<Extension> = extensions
+            .in_namespace(&namespace)
             .into_iter()
-            .filter(|e| e.namespace().as_deref() == Some(namespace.as_str()))
             .filter(|e| in_scope(e, &config))
             .map(|e| (*e).clone())
             .collect();
