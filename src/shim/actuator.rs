@@ -122,7 +122,7 @@ impl ShimActuator {
     /// The packed bundle for the Extension's configuration (pure apart from reading the
     /// injected catalog and image vector). Shared with the offline renderer.
     pub fn install_bundle(&self, ext: &Extension, shoot: &Shoot) -> Result<SecretData, ShimError> {
-        Ok(self.packed.pack(self.install_manifests(ext, shoot)?)?)
+        Ok(self.packed.pack(&self.install_manifests(ext, shoot)?)?)
     }
 
     fn install_manifests(
@@ -213,7 +213,7 @@ impl ShimActuator {
             tracing::info!(namespace = %namespace, "shoot is hibernated; leaving the installed bundle as it is");
             return Ok(Applied::Hibernated);
         }
-        let data = self.packed.pack(manifests.iter().cloned())?;
+        let data = self.packed.pack(&manifests)?;
         let current = match ctx.cached_managed_resource(&namespace, MANAGED_RESOURCE) {
             // Caught up: nothing to wait for, and an update from a stale copy fails with a
             // conflict and reads anew.
@@ -476,7 +476,7 @@ impl Actuator for ShimActuator {
             .apply(
                 &namespace,
                 Some(current.clone()),
-                &self.packed.pack(manifests.iter().cloned())?,
+                &self.packed.pack(&manifests)?,
             )
             .await?;
         let state = if written {

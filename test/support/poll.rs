@@ -8,7 +8,7 @@ use std::time::Duration;
 /// gardener-resource-manager applied a bundle).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Polls `check` every `interval` until it returns `Ok(value)`, then returns the value. When
+/// Polls `check` every 200 ms until it returns `Ok(value)`, then returns the value. When
 /// the deadline passes, fails the test with `what` and the last `Err` the check returned, which
 /// should describe the state observed so the failure says what was wrong.
 pub async fn until<T, E, F, Fut>(what: &str, timeout: Duration, check: F) -> T

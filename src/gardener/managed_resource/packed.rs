@@ -43,7 +43,8 @@ impl PackedBundles {
     }
 
     /// The same result as [`super::pack`], from memory when these objects were packed before.
-    pub fn pack(&self, manifests: impl IntoIterator<Item = Manifest>) -> Result<SecretData, Error> {
+    /// The objects are borrowed: a bundle packed before costs its key and nothing else.
+    pub fn pack(&self, manifests: &[Manifest]) -> Result<SecretData, Error> {
         let sorted = by_file_name(manifests)?;
         let key = content_key(&sorted);
         if let Some(packed) = self.lock().packed.get(&key) {
@@ -65,12 +66,9 @@ impl PackedBundles {
     }
 
     /// How many bundles are remembered.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.lock().packed.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Memo> {
@@ -81,7 +79,7 @@ impl PackedBundles {
 /// SHA-256 over every file name and the object's JSON. Equal JSON means equal objects, and so
 /// an equal YAML stream; objects that differ only in key order hash apart, which costs one
 /// more compression, never a wrong bundle.
-fn content_key(sorted: &BTreeMap<String, Value>) -> [u8; 32] {
+fn content_key(sorted: &BTreeMap<&str, &Value>) -> [u8; 32] {
     let mut hasher = Sha256::new();
     for (file_name, value) in sorted {
         hasher.update(file_name.as_bytes());
@@ -116,8 +114,10 @@ mod tests {
     fn a_remembered_bundle_is_the_bundle_pack_builds() {
         let bundles = PackedBundles::default();
         let objects = || [config_map("a", "1"), config_map("b", "2")];
-        let first = bundles.pack(objects()).unwrap();
-        let again = bundles.pack(objects().into_iter().rev()).unwrap();
+        let first = bundles.pack(&objects()).unwrap();
+        let mut reversed = objects();
+        reversed.reverse();
+        let again = bundles.pack(&reversed).unwrap();
         assert_eq!(first, pack(objects()).unwrap());
         assert_eq!(again, first, "the order objects come in does not matter");
         assert_eq!(bundles.len(), 1, "packed once");
@@ -126,8 +126,8 @@ mod tests {
     #[test]
     fn a_changed_object_is_a_different_bundle() {
         let bundles = PackedBundles::default();
-        let one = bundles.pack([config_map("a", "1")]).unwrap();
-        let two = bundles.pack([config_map("a", "2")]).unwrap();
+        let one = bundles.pack(&[config_map("a", "1")]).unwrap();
+        let two = bundles.pack(&[config_map("a", "2")]).unwrap();
         assert_ne!(one, two);
         assert_eq!(two, pack([config_map("a", "2")]).unwrap());
         assert_eq!(bundles.len(), 2);
@@ -137,14 +137,14 @@ mod tests {
     fn the_oldest_bundle_is_forgotten_first() {
         let bundles = PackedBundles::with_capacity(2);
         for value in ["1", "2", "3"] {
-            bundles.pack([config_map("a", value)]).unwrap();
+            bundles.pack(&[config_map("a", value)]).unwrap();
         }
         assert_eq!(bundles.len(), 2);
         let memo = bundles.lock();
         let remembered = |value: &str| {
-            memo.packed.contains_key(&content_key(
-                &by_file_name([config_map("a", value)]).unwrap(),
-            ))
+            let objects = [config_map("a", value)];
+            memo.packed
+                .contains_key(&content_key(&by_file_name(&objects).unwrap()))
         };
         assert!(!remembered("1") && remembered("2") && remembered("3"));
     }
@@ -153,9 +153,9 @@ mod tests {
     fn errors_are_those_of_pack_and_are_not_remembered() {
         let bundles = PackedBundles::default();
         let err = bundles
-            .pack([config_map("a", "1"), config_map("a", "2")])
+            .pack(&[config_map("a", "1"), config_map("a", "2")])
             .unwrap_err();
         assert!(matches!(err, Error::DuplicateObject { .. }), "{err}");
-        assert!(bundles.is_empty());
+        assert_eq!(bundles.len(), 0);
     }
 }

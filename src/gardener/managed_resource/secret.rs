@@ -258,34 +258,35 @@ fn sha256_hex(bytes: &[u8]) -> String {
 /// ending in a newline, separated by `---\n`, Brotli-compressed under [`COMPRESSED_DATA_KEY`].
 /// Two objects with the same file name (same kind, namespace and name) are an error.
 pub fn pack(manifests: impl IntoIterator<Item = Manifest>) -> Result<SecretData, Error> {
-    pack_sorted(&by_file_name(manifests)?)
+    let manifests: Vec<Manifest> = manifests.into_iter().collect();
+    pack_sorted(&by_file_name(&manifests)?)
 }
 
-/// The objects by file name; two with the same file name are an error.
-pub(super) fn by_file_name(
-    manifests: impl IntoIterator<Item = Manifest>,
-) -> Result<BTreeMap<String, Value>, Error> {
-    let mut sorted: BTreeMap<String, Value> = BTreeMap::new();
+/// The objects by file name, borrowed; two with the same file name are an error.
+pub(super) fn by_file_name(manifests: &[Manifest]) -> Result<BTreeMap<&str, &Value>, Error> {
+    let mut sorted: BTreeMap<&str, &Value> = BTreeMap::new();
     for manifest in manifests {
-        if sorted.contains_key(&manifest.file_name) {
+        if sorted
+            .insert(manifest.file_name.as_str(), &manifest.value)
+            .is_some()
+        {
             return Err(Error::DuplicateObject {
-                file_name: manifest.file_name,
+                file_name: manifest.file_name.clone(),
             });
         }
-        sorted.insert(manifest.file_name, manifest.value);
     }
     Ok(sorted)
 }
 
 /// [`pack`] of objects already sorted by file name.
-pub(super) fn pack_sorted(sorted: &BTreeMap<String, Value>) -> Result<SecretData, Error> {
+pub(super) fn pack_sorted(sorted: &BTreeMap<&str, &Value>) -> Result<SecretData, Error> {
     let mut stream = String::new();
     for (index, (file_name, value)) in sorted.iter().enumerate() {
         if index > 0 {
             stream.push_str("---\n");
         }
         let document = to_yaml(value).map_err(|source| Error::ToYaml {
-            file_name: file_name.clone(),
+            file_name: file_name.to_string(),
             source,
         })?;
         // GRM splits the stream at every line that starts with `---` (and treats `...` as a
@@ -295,7 +296,7 @@ pub(super) fn pack_sorted(sorted: &BTreeMap<String, Value>) -> Result<SecretData
             .any(|l| l.starts_with("---") || l.starts_with("..."))
         {
             return Err(Error::UnsafeDocument {
-                file_name: file_name.clone(),
+                file_name: file_name.to_string(),
             });
         }
         stream.push_str(&document);

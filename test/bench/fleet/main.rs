@@ -487,27 +487,24 @@ async fn wait_reports(
     let n = namespaces.len();
     let what = "every Extension's health condition and CreateSucceeded Event";
     support::poll::until_every(what, PHASE_LIMIT, Duration::from_secs(2), || async {
+        // A failed list is the state observed, reported if it lasts until the deadline.
         let with_conditions = extensions
             .list(&ListParams::default().labels(selector))
             .await
-            .map(|l| {
-                l.items
-                    .iter()
-                    .filter(|e| e.status.as_ref().is_some_and(|s| !s.conditions.is_empty()))
-                    .count()
-            })
-            .unwrap_or(0);
+            .map_err(|e| format!("list the fleet: {e}"))?
+            .items
+            .iter()
+            .filter(|e| e.status.as_ref().is_some_and(|s| !s.conditions.is_empty()))
+            .count();
         let published: HashSet<String> = events
             .list(&ListParams::default().fields("reason=CreateSucceeded"))
             .await
-            .map(|l| {
-                l.items
-                    .into_iter()
-                    .filter_map(|e| e.metadata.namespace)
-                    .filter(|ns| namespaces.contains(ns))
-                    .collect()
-            })
-            .unwrap_or_default();
+            .map_err(|e| format!("list the Events: {e}"))?
+            .items
+            .into_iter()
+            .filter_map(|e| e.metadata.namespace)
+            .filter(|ns| namespaces.contains(ns))
+            .collect();
         if with_conditions == n && published.len() == n {
             Ok(())
         } else {
