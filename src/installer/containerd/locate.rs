@@ -136,7 +136,7 @@ fn plain_target(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::installer::containerd::host::MemoryHost;
+    use crate::installer::containerd::MemoryHost;
 
     const V1_7: ContainerdVersion = ContainerdVersion::new(1, 7, 27);
     const V2_2: ContainerdVersion = ContainerdVersion::new(2, 2, 0);

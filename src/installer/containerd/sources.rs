@@ -197,7 +197,7 @@ fn table_like_at<'d>(doc: &'d DocumentMut, path: &KeyPath) -> Option<&'d dyn tom
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::installer::containerd::host::MemoryHost;
+    use crate::installer::containerd::MemoryHost;
 
     const C1: ContainerdVersion = ContainerdVersion::new(1, 7, 27);
     const C2: ContainerdVersion = ContainerdVersion::new(2, 3, 7);
