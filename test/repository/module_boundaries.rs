@@ -191,20 +191,15 @@ impl Modules {
             .map(|n| full[..n].to_vec())
             .find(|prefix| self.files.contains_key(prefix))?;
         // Re-exports chain at most a few times; the bound only guards against a loop.
-        if hops < 8 {
-            if let Some(item) = full.get(module.len()) {
-                if let Some(target) = self
-                    .imports
-                    .get(&module)
-                    .and_then(|i| i.reexports.get(item))
-                {
-                    let mut through = target.clone();
-                    through.extend(full[module.len() + 1..].iter().cloned());
-                    return self
-                        .resolve_within(&module, &through, hops + 1)
-                        .or(Some(module));
-                }
-            }
+        let target = full
+            .get(module.len())
+            .and_then(|item| self.imports.get(&module)?.reexports.get(item));
+        if let Some(target) = target.filter(|_| hops < 8) {
+            let mut through = target.clone();
+            through.extend(full[module.len() + 1..].iter().cloned());
+            return self
+                .resolve_within(&module, &through, hops + 1)
+                .or(Some(module));
         }
         Some(module)
     }
