@@ -15,7 +15,8 @@ use gardener_extension_containerd_shim::gardener::api::{
     Extension, ManagedResource, OperationState, OperationType,
 };
 use gardener_extension_containerd_shim::gardener::managed_resource;
-use gardener_extension_containerd_shim::shim::actuator::{ActuatorSettings, MANAGED_RESOURCE};
+use gardener_extension_containerd_shim::shim::actuator::ActuatorSettings;
+use gardener_extension_containerd_shim::shim::identity::MANAGED_RESOURCE;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::node::v1::RuntimeClass;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
