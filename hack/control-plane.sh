@@ -115,7 +115,9 @@ stop_pid() { # name pid
 }
 
 stop_all() {
-  # Clean-up must go on past any failure.
+  # Clean-up must go on past any failure, also past a closed output: when the reader of a pipe
+  # we log into is gone (`make local | tee`, then Ctrl-C), a log line must not kill the clean-up.
+  trap '' PIPE
   set +e
   [[ -f "$dir/pids" ]] || return 0
   rm -f "$dir/env"
@@ -475,15 +477,29 @@ case "$cmd" in
     trap 'exit 143' TERM
     up
     interrupted=0
-    trap 'interrupted=1' INT
+    trap 'interrupted=1; trap "" PIPE' INT
+    # A TERM (a service manager, or the parent-death signal `make local` sets) is passed on to
+    # the command, which ends itself before this script stops the rest.
+    trap 'trap "" PIPE; kill -TERM "$child" 2>/dev/null; wait "$child"; exit 143' TERM
     set +e
+    # The command runs in the background so that this script can act on signals while it waits
+    # (bash runs traps only between commands); it stays in the same process group, so Ctrl-C
+    # reaches it too, once it no longer ignores SIGINT as bash makes background commands do.
     (
+      trap - INT QUIT
       set -a
       source "$dir/env"
       set +a
       exec "$@"
-    )
-    status=$?
+    ) &
+    child=$!
+    # `wait` returns early when a trapped signal arrives; the command's status is that of the
+    # wait that sees it end.
+    while :; do
+      wait "$child"
+      status=$?
+      kill -0 "$child" 2>/dev/null || break
+    done
     set -e
     if ((interrupted)) && ((status == 0 || status == 130)); then
       log "interrupted: stopping"

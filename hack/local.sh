@@ -66,7 +66,7 @@ trap stop_controller EXIT
 # Ctrl-C is how the playground is meant to end: stop the controller while the control plane is
 # still up (it releases its Lease and exits 0), then return cleanly to control-plane.sh, which
 # stops the rest.
-trap 'stop_controller; log "stopped"; exit 0' INT
+trap 'trap "" PIPE; stop_controller; log "stopped"; exit 0' INT
 trap 'exit 143' TERM
 
 free_port() {
