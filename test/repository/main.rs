@@ -5,6 +5,7 @@
 //!   resolves in docs/gardener-contract.md.
 //! - [`module_boundaries`]: the library's modules depend in the documented direction and form no
 //!   import cycle.
+//! - [`release_rules`]: containerd release behaviour is decided in `ContainerdVersion` only.
 //! - [`test_doubles`]: the library's test doubles and fault injection are compiled only for tests.
 
 // Tests fail by panicking: unwrap and expect are how they say so.
@@ -12,4 +13,5 @@
 
 mod contract_refs;
 mod module_boundaries;
+mod release_rules;
 mod test_doubles;

@@ -202,7 +202,7 @@ mod tests {
         ] {
             let target = locate_in(&host, containerd);
             assert_eq!(target.version, version);
-            let expected = if containerd.major == 1 {
+            let expected = if !containerd.merges_imports() {
                 WriteStrategy::InPlace {
                     file: DEFAULT_CONFIG.into(),
                 }
