@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Builds the WebAssembly test images, as image archives that `ctr images import` reads (no
-# registry, no container engine), into OUT_DIR:
+# Builds the WebAssembly test images, as OCI image layouts pinned by digest (hack/nodes/oci.sh;
+# `hack/nodes/images.sh push` pushes them with the others), into OUT_DIR:
 #
-#   payload-wasmtime.tar  the wasmtime payload: the test shim of test/wasm/shim (runwasi's shim
-#                         library on Wasmtime) at /payload/containerd-shim-wasmtime-v1
-#   wasm-hello.tar        test/wasm/workloads/hello.wat as /hello.wasm, the entrypoint: prints
+#   oci/payload-wasmtime  the wasmtime payload (an image index): the test shim of
+#                         test/wasm/shim (runwasi's shim library on Wasmtime) at
+#                         /payload/containerd-shim-wasmtime-v1
+#   oci/wasm-hello        test/wasm/workloads/hello.wat as /hello.wasm, the entrypoint: prints
 #                         "hello from wasm on containerd-shim" and exits 0
-#   wasm-http.tar         test/wasm/workloads/http.wat as /http.wasm, the entrypoint, with
+#   oci/wasm-http         test/wasm/workloads/http.wat as /http.wasm, the entrypoint, with
 #                         WASI_TCP_LISTEN=0.0.0.0:8080: answers every HTTP request on port 8080
 #                         with "hello from wasm http on containerd-shim"
 #   wasm.env              the three references: WASMTIME_PAYLOAD_IMAGE, WASM_HELLO_IMAGE,
@@ -14,14 +15,18 @@
 #
 #   hack/nodes/wasm-images.sh OUT_DIR
 #
+# The references name the registry IMAGE_REGISTRY (default: the nodes' registry, NODE_REGISTRY
+# of hack/nodes/lib.sh), and each image is added to OUT_DIR/images.list.
+#
 # The shim is built once per content of its package (sources, Cargo.toml, Cargo.lock) and Rust
 # toolchain, into the tools cache (wasm-shim-<hash>), so a second run only assembles the
-# workloads and writes the archives. A cold build takes a few minutes (test/wasm/shim/README.md).
-# Every image is tagged by its content, so a changed build is a new reference.
+# workloads and writes the images. A cold build takes a few minutes (test/wasm/shim/README.md).
+# Every image is named by its digest, so a changed build is a new reference.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 source "$repo/hack/tools/versions.env"
 source "$repo/hack/tools/lib.sh"
+source "$repo/hack/nodes/lib.sh"
 out="${1:?usage: $0 OUT_DIR}"
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
@@ -29,7 +34,8 @@ out="$(cd "$out" && pwd)"
 log() { printf '[wasm-images %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
-archive="$repo/hack/nodes/image-archive.py"
+IMAGE_REGISTRY="${IMAGE_REGISTRY:-$NODE_REGISTRY}"
+source "$repo/hack/nodes/oci.sh"
 shim_pkg="$repo/test/wasm/shim"
 workloads="$repo/test/wasm/workloads"
 http_port=8080
@@ -114,16 +120,16 @@ trap 'rm -rf "$work"' EXIT
 "$shim_dir/wat2wasm" "$workloads/hello.wat" "$work/hello.wasm"
 "$shim_dir/wat2wasm" "$workloads/http.wat" "$work/http.wasm"
 
-payload_ref="$("$archive" --tag local.test/containerd-shim-payload/wasmtime --out "$out/payload-wasmtime.tar" \
+payload_ref="$(oci_image payload-wasmtime containerd-shim-payload/wasmtime --index \
   --file "$shim_dir/containerd-shim-wasmtime-v1=/payload/containerd-shim-wasmtime-v1:0755")"
 
 # The classic layout runwasi runs: an ordinary layer holding the module and an entrypoint naming
 # it. The module is not executable, so runwasi never takes it for a Linux program.
-hello_ref="$("$archive" --tag local.test/wasm-hello --out "$out/wasm-hello.tar" \
+hello_ref="$(oci_image wasm-hello wasm-hello \
   --file "$work/hello.wasm=/hello.wasm:0644" --entrypoint '["/hello.wasm"]')"
 
 # The port is the image's default; a pod (or `ctr run --env`) may set another address.
-http_ref="$("$archive" --tag local.test/wasm-http --out "$out/wasm-http.tar" \
+http_ref="$(oci_image wasm-http wasm-http \
   --file "$work/http.wasm=/http.wasm:0644" --entrypoint '["/http.wasm"]' \
   --env "WASI_TCP_LISTEN=0.0.0.0:$http_port")"
 
