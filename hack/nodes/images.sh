@@ -9,8 +9,9 @@
 #   workload.tar    a test workload: Debian's busybox with all its applets
 #   payload-crun.tar  the crun payload: crun (built from Debian's source) at /payload/crun
 #   payload-broken.tar  shim binaries that cannot run here (for tests of a failing rollout)
-#   payload-wasmtime.tar, wasm-hello.tar, wasm-http.tar  the Wasm shim and two Wasm
-#                   workloads (hack/nodes/wasm-images.sh)
+#   payload-wasmtime.tar, wasm-hello.tar, wasm-http.tar  the catalog's Wasm payload (built
+#                   from hack/images/payloads/wasm) and two Wasm workloads
+#                   (hack/nodes/wasm-images.sh)
 #
 #   hack/nodes/images.sh [--without-wasm] OUT_DIR
 #
@@ -114,12 +115,7 @@ CRUN_PAYLOAD_IMAGE=$crun_ref
 BROKEN_PAYLOAD_IMAGE=$broken_ref
 ENV
 if ((with_wasm)); then
-  cat >>"$out/images.env" <<ENV
-WASMTIME_PAYLOAD_IMAGE=$WASMTIME_PAYLOAD_IMAGE
-WASM_HELLO_IMAGE=$WASM_HELLO_IMAGE
-WASM_HTTP_IMAGE=$WASM_HTTP_IMAGE
-WASM_HTTP_PORT=$WASM_HTTP_PORT
-ENV
+  cat "$out/wasm.env" >>"$out/images.env"
 fi
 
 # IMAGEVECTOR_OVERWRITE for the controller: the same names as charts/images.yaml.
@@ -134,19 +130,19 @@ images:
     tag: ${crun_ref##*:}
 YAML
 if ((with_wasm)); then
+  # The Wasm payloads are the catalog's own (hack/images/payloads/wasm), built here: the
+  # catalog's image names point at these builds instead of the published images.
   cat >>"$out/images-overwrite.yaml" <<YAML
-  - name: containerd-shim-wasmtime-local
+  - name: containerd-shim-wasmtime
     repository: ${WASMTIME_PAYLOAD_IMAGE%:*}
     tag: ${WASMTIME_PAYLOAD_IMAGE##*:}
 YAML
 fi
 
-# SHIM_CATALOG_OVERLAY for the controller: the catalog's crun and wasmtime entries get the
-# locally built payloads as a version of their own (and their default), the way an operator
-# adds a build.
+# SHIM_CATALOG_OVERLAY for the controller: the catalog's crun entry gets the locally built
+# payload as a version of its own (and its default), the way an operator adds a build.
 cat >"$out/catalog-overlay.yaml" <<YAML
-# Written by hack/nodes/images.sh: the locally built crun and the Wasm test shim of
-# test/wasm/shim as versions of the catalog's entries.
+# Written by hack/nodes/images.sh: the locally built crun as a version of the catalog's entry.
 shims:
   crun:
     defaultVersion: local
@@ -154,13 +150,4 @@ shims:
       local:
         image: containerd-shim-crun-local
 YAML
-if ((with_wasm)); then
-  cat >>"$out/catalog-overlay.yaml" <<YAML
-  wasmtime:
-    defaultVersion: local
-    versions:
-      local:
-        image: containerd-shim-wasmtime-local
-YAML
-fi
 log "images in $out: $installer_ref $pause_ref $workload_ref $crun_ref $broken_ref"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the WebAssembly test images on the test shim, without Kubernetes, on both containerd
+# Runs the WebAssembly test images on the wasmtime shim, without Kubernetes, on both containerd
 # lines the nodes run: Debian's containerd 1.x and the built containerd 2.x. For each, a
 # throw-away containerd (its own root, state, sockets and config, beside whatever else runs on
 # this machine) registers the shim as the CRI runtime handler `wasmtime` the way the installer
