@@ -131,11 +131,13 @@ images:
 YAML
 if ((with_wasm)); then
   # The Wasm payloads are the catalog's own (hack/images/payloads/wasm), built here: the
-  # catalog's image names point at these builds instead of the published images.
+  # catalog's image names point at these builds instead of the published images (the same
+  # architectures as charts/images.yaml, so that the entry replaces the published one).
   cat >>"$out/images-overwrite.yaml" <<YAML
   - name: containerd-shim-wasmtime
     repository: ${WASMTIME_PAYLOAD_IMAGE%:*}
     tag: ${WASMTIME_PAYLOAD_IMAGE##*:}
+    architectures: [amd64]
 YAML
 fi
 
