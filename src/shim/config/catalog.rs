@@ -607,13 +607,7 @@ mod tests {
         let catalog = builtin();
         assert_eq!(
             catalog.names(),
-            [
-                "crun",
-                "gvisor",
-                "kata-qemu",
-                "spin",
-                "wasmtime"
-            ]
+            ["crun", "gvisor", "kata-qemu", "spin", "wasmtime"]
         );
     }
 

@@ -132,7 +132,11 @@ mod tests {
         // hack/nodes/wasm-images.sh builds for the build machine's architecture only (no
         // arm64 standard library is reachable: hack/images/payloads/wasm/README.md).
         assert_eq!(
-            entry.architectures.iter().map(|a| a.as_str()).collect::<Vec<_>>(),
+            entry
+                .architectures
+                .iter()
+                .map(|a| a.as_str())
+                .collect::<Vec<_>>(),
             ["amd64"],
             "{name}: its payload is built for amd64 only"
         );
