@@ -88,11 +88,13 @@ async fn wasm_modules_run_under_the_installed_shim_on_both_containerd_versions()
         assert!(body.contains(HTTP_BODY), "{}: {body:?}", node.name);
 
         // The shim ran it: the container is in the shim's own container state (youki's root,
-        // named after the shim), not in runc's.
+        // named after the shim; under the node's /run, so looked at from inside the node), not
+        // in runc's.
         let id = s.container_id(&http).await;
+        let state = format!("/run/containerd/wasmtime/k8s.io/{id}");
         assert!(
-            node.exists(&format!("/run/containerd/wasmtime/k8s.io/{id}")),
-            "{}: {id} is not in the wasmtime shim's state",
+            node.exec(&["test", "-d", &state]).status.success(),
+            "{}: {state} is missing: the wasmtime shim did not run {id}",
             node.name
         );
         assert!(!node.oci_containers("runc").contains(&id), "{}", node.name);
