@@ -18,8 +18,8 @@
 #   workload        a test workload: Debian's busybox with all its applets
 #   payload-crun    the crun payload: crun (built from Debian's source) at /payload/crun
 #   payload-broken  shim binaries that cannot run here (for tests of a failing rollout)
-#   payload-wasmtime, wasm-hello, wasm-http  the Wasm shim and two Wasm workloads
-#                   (hack/nodes/wasm-images.sh)
+#   payload-wasmtime, wasm-hello, wasm-http  the catalog's Wasm payload (built from
+#                   hack/images/payloads/wasm) and two Wasm workloads (hack/nodes/wasm-images.sh)
 #
 # --without-wasm leaves out the Wasm shim and workloads (the playground does not use them, and
 # the shim's first build is the longest item of a cold run). Payload images are image indexes
@@ -166,12 +166,7 @@ CRUN_PAYLOAD_IMAGE=$crun_ref
 BROKEN_PAYLOAD_IMAGE=$broken_ref
 ENV
 if ((with_wasm)); then
-  cat >>"$out/images.env" <<ENV
-WASMTIME_PAYLOAD_IMAGE=$WASMTIME_PAYLOAD_IMAGE
-WASM_HELLO_IMAGE=$WASM_HELLO_IMAGE
-WASM_HTTP_IMAGE=$WASM_HTTP_IMAGE
-WASM_HTTP_PORT=$WASM_HTTP_PORT
-ENV
+  cat "$out/wasm.env" >>"$out/images.env"
 fi
 
 # image_vector_entry <name> <pinned reference>: an IMAGEVECTOR_OVERWRITE entry in Gardener's
@@ -186,15 +181,19 @@ image_vector_entry() {
   echo "images:"
   image_vector_entry containerd-shim-installer "$installer_ref"
   image_vector_entry containerd-shim-crun-local "$crun_ref"
-  ((with_wasm == 0)) || image_vector_entry containerd-shim-wasmtime-local "$WASMTIME_PAYLOAD_IMAGE"
+  if ((with_wasm)); then
+    # The Wasm payloads are the catalog's own (hack/images/payloads/wasm), built here: the
+    # catalog's image names point at these builds instead of the published images (the same
+    # architectures as charts/images.yaml, so that the entry replaces the published one).
+    image_vector_entry containerd-shim-wasmtime "$WASMTIME_PAYLOAD_IMAGE"
+    echo "    architectures: [amd64]"
+  fi
 } >"$out/images-overwrite.yaml"
 
-# SHIM_CATALOG_OVERLAY for the controller: the catalog's crun and wasmtime entries get the
-# locally built payloads as a version of their own (and their default), the way an operator
-# adds a build.
+# SHIM_CATALOG_OVERLAY for the controller: the catalog's crun entry gets the locally built
+# payload as a version of its own (and its default), the way an operator adds a build.
 cat >"$out/catalog-overlay.yaml" <<YAML
-# Written by hack/nodes/images.sh: the locally built crun and the Wasm test shim of
-# test/wasm/shim as versions of the catalog's entries.
+# Written by hack/nodes/images.sh: the locally built crun as a version of the catalog's entry.
 shims:
   crun:
     defaultVersion: local
@@ -202,13 +201,4 @@ shims:
       local:
         image: containerd-shim-crun-local
 YAML
-if ((with_wasm)); then
-  cat >>"$out/catalog-overlay.yaml" <<YAML
-  wasmtime:
-    defaultVersion: local
-    versions:
-      local:
-        image: containerd-shim-wasmtime-local
-YAML
-fi
 log "images in $out: $installer_ref $pause_ref $workload_ref $crun_ref $broken_ref"
