@@ -8,4 +8,8 @@ pub mod controllers;
 pub mod error;
 pub mod health;
 pub mod offline;
+pub mod plan;
 pub mod render;
+
+#[cfg(test)]
+mod hostile_test;
