@@ -37,7 +37,6 @@ use crate::shim::config::Catalog;
 pub use crate::shim::error::ShimError;
 use crate::shim::identity::{MANAGED_RESOURCE, ORIGIN};
 use crate::shim::plan::Plan;
-use crate::shim::render;
 
 /// Settings of the actuator.
 #[derive(Clone, Debug)]
