@@ -9,6 +9,8 @@
 #   workload.tar    a test workload: Debian's busybox with all its applets
 #   payload-crun.tar  the crun payload: crun (built from Debian's source) at /payload/crun
 #   payload-broken.tar  shim binaries that cannot run here (for tests of a failing rollout)
+#   payload-gvisor.tar  the gvisor payload: runsc and containerd-shim-runsc-v1 (hack/tools/build.sh
+#                   gvisor) under /payload/
 #   payload-wasmtime.tar, wasm-hello.tar, wasm-http.tar  the Wasm shim and two Wasm
 #                   workloads (hack/nodes/wasm-images.sh)
 #
@@ -163,4 +165,40 @@ if ((with_wasm)); then
         image: containerd-shim-wasmtime-local
 YAML
 fi
+# --- gVisor: the catalog's gvisor payload as built by hack/tools/build.sh gvisor ---------------
+# runsc and containerd-shim-runsc-v1 of the linux/amd64 tree at the paths the catalog names; the
+# image vector's containerd-shim-gvisor points at it, so the catalog entry installs at its own
+# version. gVisor's shim cannot start sandboxes on these machines (it lowers its oom_score_adj,
+# which needs CAP_SYS_RESOURCE), so the overlay also offers `gvisor-oci`: the same runsc, run by
+# containerd's own runc shim, the way an operator adds an entry.
+gvisor_tree="$GVISOR_DIR/linux-amd64"
+[[ -x "$gvisor_tree/payload/runsc" && -x "$gvisor_tree/payload/containerd-shim-runsc-v1" ]] \
+  || die "$gvisor_tree is missing: build it with 'make tools' (hack/tools/build.sh gvisor)"
+gvisor_ref="$("$archive" --tag local.test/containerd-shim-payload/gvisor --out "$out/payload-gvisor.tar" \
+  --file "$gvisor_tree/payload/runsc=/payload/runsc:0755" \
+  --file "$gvisor_tree/payload/containerd-shim-runsc-v1=/payload/containerd-shim-runsc-v1:0755")"
+echo "GVISOR_PAYLOAD_IMAGE=$gvisor_ref" >>"$out/images.env"
+cat >>"$out/images-overwrite.yaml" <<YAML
+  - name: containerd-shim-gvisor
+    repository: ${gvisor_ref%:*}
+    tag: ${gvisor_ref##*:}
+YAML
+cat >>"$out/catalog-overlay.yaml" <<YAML
+  gvisor-oci:
+    description: gVisor's runsc run by containerd's runc shim.
+    runtimeType: io.containerd.runc.v2
+    handler: runsc-oci
+    runtimeClassName: gvisor-oci
+    defaultVersion: $GVISOR_VERSION
+    versions:
+      $GVISOR_VERSION:
+        image: containerd-shim-gvisor
+    binaries:
+      - name: runsc
+        path: /payload/runsc
+    ociRuntime: true
+    architectures: [amd64, arm64]
+YAML
+# --- end gVisor ------------------------------------------------------------------------------
+
 log "images in $out: $installer_ref $pause_ref $workload_ref $crun_ref $broken_ref"

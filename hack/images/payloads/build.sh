@@ -21,7 +21,6 @@ declare -A image_of=(
   [wasmedge]=containerd-shim-wasmedge
   [wasmer]=containerd-shim-wasmer
   [wamr]=containerd-shim-wamr
-  [gvisor]=containerd-shim-gvisor
   [kata-qemu]=containerd-shim-kata
 )
 
@@ -40,7 +39,7 @@ for arg in "$@"; do
       ;;
   esac
 done
-((${#entries[@]})) || entries=(crun wasmtime wasmedge wasmer wamr gvisor kata-qemu)
+((${#entries[@]})) || entries=(crun wasmtime wasmedge wasmer wamr kata-qemu)
 command -v docker >/dev/null || { echo "docker (with buildx) is required to build images" >&2; exit 1; }
 
 # A field of an image-vector entry: the value of `<field>:` after `- name: <name>`, unquoted.
