@@ -168,9 +168,7 @@ fi
 # --- gVisor: the catalog's gvisor payload as built by hack/tools/build.sh gvisor ---------------
 # runsc and containerd-shim-runsc-v1 of the linux/amd64 tree at the paths the catalog names; the
 # image vector's containerd-shim-gvisor points at it, so the catalog entry installs at its own
-# version. gVisor's shim cannot start sandboxes on these machines (it lowers its oom_score_adj,
-# which needs CAP_SYS_RESOURCE), so the overlay also offers `gvisor-oci`: the same runsc, run by
-# containerd's own runc shim, the way an operator adds an entry.
+# version, without an overlay.
 gvisor_tree="$GVISOR_DIR/linux-amd64"
 [[ -x "$gvisor_tree/payload/runsc" && -x "$gvisor_tree/payload/containerd-shim-runsc-v1" ]] \
   || die "$gvisor_tree is missing: build it with 'make tools' (hack/tools/build.sh gvisor)"
@@ -182,22 +180,6 @@ cat >>"$out/images-overwrite.yaml" <<YAML
   - name: containerd-shim-gvisor
     repository: ${gvisor_ref%:*}
     tag: ${gvisor_ref##*:}
-YAML
-cat >>"$out/catalog-overlay.yaml" <<YAML
-  gvisor-oci:
-    description: gVisor's runsc run by containerd's runc shim.
-    runtimeType: io.containerd.runc.v2
-    handler: runsc-oci
-    runtimeClassName: gvisor-oci
-    defaultVersion: $GVISOR_VERSION
-    versions:
-      $GVISOR_VERSION:
-        image: containerd-shim-gvisor
-    binaries:
-      - name: runsc
-        path: /payload/runsc
-    ociRuntime: true
-    architectures: [amd64, arm64]
 YAML
 # --- end gVisor ------------------------------------------------------------------------------
 
