@@ -1,24 +1,20 @@
 //! gVisor on real nodes: the catalog's `gvisor` payload (runsc and containerd-shim-runsc-v1,
-//! built by hack/tools/build.sh from the gvisor.dev/gvisor Go module) installed through the
-//! extension on both containerd versions.
+//! built by hack/tools/build.sh from the gvisor.dev/gvisor Go module).
 //!
 //! No pod runs under gVisor on these machines, and the test pins down why. gVisor's shim sets
 //! its daemon's `oom_score_adj` to -999 when it starts a sandbox, which needs CAP_SYS_RESOURCE;
 //! no process here has it (the reason the nodes' containerd runs with
-//! `restrict_oom_score_adj`), and the shim refuses every pod. (containerd's runc shim cannot
-//! stand in: `runsc start` of a pod's second container hands its own stdout to the sandbox,
-//! and the runc shim waits for that pipe to close.) What does run is the installed runsc itself:
-//! a container that the node's containerd starts with it through the runc shim sees gVisor's
-//! kernel.
+//! `restrict_oom_score_adj`). The installer's verification starts a pod sandbox with the new
+//! handler, sees the shim refuse it, and restores the node's configuration. (containerd's runc
+//! shim cannot stand in: `runsc start` of a pod's second container hands its own stdout to the
+//! sandbox, and the runc shim waits for that pipe to close.) What does run is runsc itself: a
+//! container that each node's containerd starts with this build's runsc, through the runc
+//! shim, sees gVisor's kernel.
 
-use k8s_openapi::api::core::v1::Event;
-use kube::Api;
-use kube::api::ListParams;
-use serde_json::json;
-
-use crate::scenario::{NODE_TIMEOUT, STATE_DIR, Scenario, assert_clean};
-use crate::support::installer::{gvisor_payload, pinned_version};
+use crate::scenario::{NODE_TIMEOUT, Scenario, assert_clean};
+use crate::support::installer::gvisor_payload;
 use crate::support::{poll, unique_name};
+use serde_json::json;
 
 /// The first line gVisor's kernel writes to its log; a Linux kernel never writes it.
 const GVISOR_BOOT_LINE: &str = "Starting gVisor...";
@@ -26,10 +22,12 @@ const GVISOR_BOOT_LINE: &str = "Starting gVisor...";
 /// What gVisor's shim reports when it cannot lower its daemon's `oom_score_adj`.
 const OOM_SCORE_ERROR: &str = "failed to set OOM Score on shim";
 
+/// Where the test puts the built runsc on a node, outside everything the installer owns.
+const TEST_RUNSC_DIR: &str = "/var/lib/gvisor-test";
+
 #[tokio::test]
-async fn gvisor_installs_on_both_containerd_versions_and_its_runsc_runs_a_container() {
+async fn gvisor_runsc_runs_a_container_on_both_nodes_and_its_shim_is_refused_and_rolled_back() {
     let s = Scenario::start("gvisor").await;
-    let version = pinned_version("GVISOR_VERSION");
     let originals: Vec<_> = s
         .nodes
         .nodes
@@ -37,34 +35,18 @@ async fn gvisor_installs_on_both_containerd_versions_and_its_runsc_runs_a_contai
         .map(|n| n.containerd_config())
         .collect();
 
-    s.apply(json!([{"name": "gvisor"}])).await;
-    s.wait_rolled_out().await;
-    s.wait_verified_everywhere("runsc").await;
-
-    let bin = format!("{STATE_DIR}/current/gvisor/bin");
-    let runsc = format!("{bin}/runsc");
+    // The node's containerd runs a container with this build's runsc: it sees gVisor's
+    // kernel, not the node's.
+    let built = gvisor_payload("amd64").join("runsc");
     for node in &s.nodes.nodes {
-        // The installed files are this repository's build of the pinned version.
-        let runsc_version = node.run(&[&runsc, "--version"]);
-        assert!(
-            runsc_version.contains(&format!("runsc version {version}")),
-            "{}: {runsc_version}",
-            node.name
-        );
-        assert!(node.exists(&format!("{bin}/containerd-shim-runsc-v1")));
-        let config = String::from_utf8(
-            node.read(&format!("{STATE_DIR}/current/gvisor/config/runsc.toml"))
-                .expect("runsc.toml installed"),
-        )
-        .unwrap();
-        assert!(
-            config.contains(&format!("binary_name = \"{runsc}\"")),
-            "{}: {config}",
-            node.name
-        );
-
-        // The node's containerd runs a container with the installed runsc: it sees gVisor's
-        // kernel, not the node's.
+        std::fs::create_dir_all(node.path(TEST_RUNSC_DIR)).unwrap();
+        let runsc = format!("{TEST_RUNSC_DIR}/runsc");
+        std::fs::copy(&built, node.path(&runsc)).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e}; build it with `hack/tools/build.sh gvisor`",
+                built.display()
+            )
+        });
         let id = unique_name("gvisor-ctr");
         let output = node.run(&[
             "ctr",
@@ -82,6 +64,7 @@ async fn gvisor_installs_on_both_containerd_versions_and_its_runsc_runs_a_contai
             "-c",
             "dmesg; cat /proc/version",
         ]);
+        std::fs::remove_dir_all(node.path(TEST_RUNSC_DIR)).unwrap();
         assert!(
             output.contains(GVISOR_BOOT_LINE),
             "{}: no gVisor kernel log: {output}",
@@ -93,50 +76,58 @@ async fn gvisor_installs_on_both_containerd_versions_and_its_runsc_runs_a_contai
             "{}: the container saw the node's kernel: {output}",
             node.name
         );
-
-        // A pod of the RuntimeClass: gVisor's shim refuses it on these machines.
-        let refused = s
-            .create_pod(
-                node,
-                "gvisor",
-                json!({"runtimeClassName": "gvisor",
-                       "containers": [{"name": "main", "image": s.nodes.image("WORKLOAD_IMAGE"),
-                                       "imagePullPolicy": "IfNotPresent",
-                                       "command": ["sh", "-c", "sleep 3600"]}]}),
-            )
-            .await;
-        wait_event(&s, &refused, OOM_SCORE_ERROR).await;
     }
 
-    // Removing it (the refused pods go first) leaves the nodes as they were.
-    s.delete_workloads_except(&[]).await;
+    // The catalog entry through the extension: the first node's verification starts a pod
+    // sandbox with gVisor's shim, which refuses it, and the installer restores the node.
+    s.apply(json!([{"name": "gvisor"}])).await;
+    let message = s
+        .wait_health("to name the failed shim", |m| m.contains("gvisor on node-"))
+        .await;
+    assert!(message.contains("pod sandbox"), "{message}");
+    let (failed, original) = s
+        .nodes
+        .nodes
+        .iter()
+        .zip(&originals)
+        .find(|(n, _)| message.contains(&format!("gvisor on {}:", n.name)))
+        .unwrap_or_else(|| panic!("no node named in {message:?}"));
+    poll::until(
+        &format!(
+            "the installer on {} to report the shim's refusal and the rollback",
+            failed.name
+        ),
+        NODE_TIMEOUT,
+        || async {
+            let logs: String = failed
+                .tree("/var/log/pods")
+                .into_iter()
+                .filter(|(file, _)| file.starts_with("kube-system_containerd-shim-installer-"))
+                .map(|(_, content)| String::from_utf8_lossy(&content).into_owned())
+                .collect();
+            if logs.contains(OOM_SCORE_ERROR)
+                && logs.contains("the previous configuration was restored")
+            {
+                Ok(())
+            } else {
+                Err("not yet".to_string())
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        &failed.containerd_config(),
+        original,
+        "{}: not restored",
+        failed.name
+    );
+
+    // Removing it leaves the nodes as they were.
     s.delete().await;
     for (node, original) in s.nodes.nodes.iter().zip(&originals) {
         assert_clean(&s.c, node).await;
         assert_eq!(&node.containerd_config(), original, "{}", node.name);
     }
-}
-
-/// Waits for an event of the pod whose message contains `text`.
-async fn wait_event(s: &Scenario, pod: &str, text: &str) {
-    let events: Api<Event> = Api::namespaced(s.c.shoot.clone(), &s.workloads);
-    poll::until(
-        &format!("an event of {pod} saying {text:?}"),
-        NODE_TIMEOUT,
-        || async {
-            let list = events
-                .list(&ListParams::default().fields(&format!("involvedObject.name={pod}")))
-                .await
-                .map_err(|e| e.to_string())?;
-            let messages: Vec<String> = list.items.into_iter().filter_map(|e| e.message).collect();
-            if messages.iter().any(|m| m.contains(text)) {
-                Ok(())
-            } else {
-                Err(format!("{messages:?}"))
-            }
-        },
-    )
-    .await;
 }
 
 /// The gvisor payload's binaries for every architecture the catalog offers are static
