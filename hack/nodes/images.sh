@@ -18,6 +18,8 @@
 #   workload        a test workload: Debian's busybox with all its applets
 #   payload-crun    the crun payload: crun (built from Debian's source) at /payload/crun
 #   payload-broken  shim binaries that cannot run here (for tests of a failing rollout)
+#   payload-gvisor  the gvisor payload: runsc and containerd-shim-runsc-v1 (hack/tools/build.sh
+#                   gvisor) under /payload/, for linux/amd64 and linux/arm64
 #   payload-wasmtime, wasm-hello, wasm-http  the catalog's Wasm payload (built from
 #                   hack/images/payloads/wasm) and two Wasm workloads (hack/nodes/wasm-images.sh)
 #
@@ -201,4 +203,25 @@ shims:
       local:
         image: containerd-shim-crun-local
 YAML
+# --- gVisor: the catalog's gvisor payload as built by hack/tools/build.sh gvisor ---------------
+# runsc and containerd-shim-runsc-v1 at the paths the catalog names, one manifest per platform of
+# the build (linux/amd64 and linux/arm64) in one image index, as a published multi-arch payload
+# is; the image vector's containerd-shim-gvisor points at it, so the catalog entry installs at
+# its own version, without an overlay.
+rm -rf "$out/oci/payload-gvisor"
+for arch in $GVISOR_ARCHITECTURES; do
+  gvisor_tree="$GVISOR_DIR/linux-$arch"
+  [[ -x "$gvisor_tree/payload/runsc" && -x "$gvisor_tree/payload/containerd-shim-runsc-v1" ]] \
+    || die "$gvisor_tree is missing: build it with 'make tools' (hack/tools/build.sh gvisor)"
+  gvisor_digest="$("$oci_image_py" --out "$out/oci/payload-gvisor" \
+    --name "$IMAGE_REGISTRY/containerd-shim-payload/gvisor" --platform "linux/$arch" --index \
+    --file "$gvisor_tree/payload/runsc=/payload/runsc:0755" \
+    --file "$gvisor_tree/payload/containerd-shim-runsc-v1=/payload/containerd-shim-runsc-v1:0755")" \
+    || die "building image payload-gvisor for linux/$arch failed"
+done
+gvisor_ref="$(oci_record payload-gvisor containerd-shim-payload/gvisor "$gvisor_digest")"
+echo "GVISOR_PAYLOAD_IMAGE=$gvisor_ref" >>"$out/images.env"
+image_vector_entry containerd-shim-gvisor "$gvisor_ref" >>"$out/images-overwrite.yaml"
+# --- end gVisor ------------------------------------------------------------------------------
+
 log "images in $out: $installer_ref $pause_ref $workload_ref $crun_ref $broken_ref"

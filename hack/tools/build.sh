@@ -6,10 +6,11 @@
 #   hack/tools/build.sh            build everything
 #   hack/tools/build.sh --print    print the cache directory and exit
 #   hack/tools/build.sh kube etcd  build only some (kube etcd grm crds containerd helm containerd1
-#                                  crictl registry crane rootfs image-debs crun)
+#                                  crictl registry crane rootfs image-debs crun gvisor)
 #
 # A cold build takes tens of minutes on two cores; the Go build cache makes a rebuild fast. The
-# real nodes' root file system (mmdebstrap) and crun (from source) add a minute or two.
+# real nodes' root file system (mmdebstrap) and crun (from source) add a minute or two; gVisor
+# (two binaries for two architectures) adds about 5 minutes of CPU.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=versions.env
@@ -130,6 +131,36 @@ build_crane() {
     github.com/google/go-containerregistry/cmd/crane
 }
 
+# gVisor's runsc and containerd shim for the gvisor payload image, cross-built for every
+# architecture the catalog entry offers (pure Go, CGO_ENABLED=0: static binaries), into one file
+# tree per platform: $GVISOR_DIR/linux-<arch>/payload/{runsc,containerd-shim-runsc-v1}, the
+# paths the catalog names. A platform's tree appears only when both of its binaries are built.
+build_gvisor() {
+  local arch tree started
+  for arch in $GVISOR_ARCHITECTURES; do
+    tree="$GVISOR_DIR/linux-$arch"
+    if [[ -x "$tree/payload/runsc" && -x "$tree/payload/containerd-shim-runsc-v1" ]]; then
+      log "up to date: $tree"
+      continue
+    fi
+    started=$SECONDS
+    log "building gVisor $GVISOR_VERSION for linux/$arch (minutes on a cold Go cache)"
+    rm -rf "$tree.partial"
+    mkdir -p "$tree.partial/payload"
+    (
+      cd "$here/gvisor"
+      GOOS=linux GOARCH="$arch" go build -trimpath \
+        -ldflags "-s -w -X gvisor.dev/gvisor/runsc/version.version=$GVISOR_VERSION" \
+        -o "$tree.partial/payload/runsc" gvisor.dev/gvisor/runsc
+      GOOS=linux GOARCH="$arch" go build -trimpath -ldflags "-s -w" \
+        -o "$tree.partial/payload/containerd-shim-runsc-v1" gvisor.dev/gvisor/shim
+    )
+    rm -rf "$tree"
+    mv "$tree.partial" "$tree"
+    log "built $tree in $((SECONDS - started)) s"
+  done
+}
+
 # apt_install <package>...: Debian packages this machine needs, installed when missing. The
 # policy-rc.d keeps packages from starting daemons (containerd) on this machine.
 apt_install() {
@@ -213,7 +244,7 @@ build_image_debs() {
   log "unpacked $IMAGE_PACKAGES into $IMAGE_DEBS_DIR/root"
 }
 
-all=(kube etcd grm crds containerd helm containerd1 crictl registry crane rootfs image-debs crun)
+all=(kube etcd grm crds containerd helm containerd1 crictl registry crane rootfs image-debs crun gvisor)
 selected=("$@")
 [[ ${#selected[@]} -gt 0 ]] || selected=("${all[@]}")
 mkdir -p "$TOOLS_CACHE"
@@ -232,6 +263,7 @@ for t in "${selected[@]}"; do
     rootfs) build_rootfs ;;
     image-debs) build_image_debs ;;
     crun) build_crun ;;
+    gvisor) build_gvisor ;;
     containerd1) install_containerd1 ;;
     *) log "unknown tool '$t' (known: ${all[*]})"; exit 2 ;;
   esac

@@ -14,6 +14,7 @@
 mod support;
 
 mod disruption;
+mod gvisor;
 mod install;
 mod registry;
 mod removal;

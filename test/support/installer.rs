@@ -30,14 +30,29 @@ pub fn corpus(name: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-fn pinned_containerd2() -> String {
+/// A version pinned in hack/tools/versions.env (`KEY=value`).
+pub fn pinned_version(key: &str) -> String {
     let path = repo().join("hack/tools/versions.env");
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|err| panic!("cannot read {}: {err}", path.display()));
     text.lines()
-        .find_map(|line| line.trim().strip_prefix("CONTAINERD_VERSION="))
+        .find_map(|line| line.trim().strip_prefix(&format!("{key}=")))
         .map(|v| v.trim().trim_matches('"').to_string())
-        .unwrap_or_else(|| panic!("{} has no CONTAINERD_VERSION", path.display()))
+        .unwrap_or_else(|| panic!("{} has no {key}", path.display()))
+}
+
+fn pinned_containerd2() -> String {
+    pinned_version("CONTAINERD_VERSION")
+}
+
+/// The gvisor payload's files for one architecture (`amd64`, `arm64`), as
+/// `hack/tools/build.sh gvisor` builds them: the directory that holds runsc and
+/// containerd-shim-runsc-v1.
+pub fn gvisor_payload(arch: &str) -> PathBuf {
+    tools_cache()
+        .join(format!("gvisor-{}", pinned_version("GVISOR_VERSION")))
+        .join(format!("linux-{arch}"))
+        .join("payload")
 }
 
 fn tools_cache() -> PathBuf {

@@ -18,7 +18,6 @@ repo="$(cd "$here/../../.." && pwd)"
 # are built from source by hack/nodes/wasm-images.sh instead (hack/images/payloads/wasm).
 declare -A image_of=(
   [crun]=containerd-shim-crun
-  [gvisor]=containerd-shim-gvisor
   [kata-qemu]=containerd-shim-kata
 )
 
@@ -37,7 +36,7 @@ for arg in "$@"; do
       ;;
   esac
 done
-((${#entries[@]})) || entries=(crun gvisor kata-qemu)
+((${#entries[@]})) || entries=(crun kata-qemu)
 command -v docker >/dev/null || { echo "docker (with buildx) is required to build images" >&2; exit 1; }
 
 # A field of an image-vector entry: the value of `<field>:` after `- name: <name>`, unquoted.

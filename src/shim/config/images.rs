@@ -103,9 +103,14 @@ mod tests {
         }
     }
 
-    /// The repository prefix of the payload images this repository builds
-    /// (hack/images/payloads/<catalog entry>/Dockerfile).
+    /// The repository prefix of the payload images this repository builds.
     const OUR_PAYLOADS: &str = "europe-docker.pkg.dev/gardener-project/public/gardener/extensions/containerd-shim-payload/";
+
+    /// Payloads built from a Go module by hack/tools/build.sh instead of a Dockerfile:
+    /// (catalog entry, its version variable in hack/tools/versions.env, the wrapper module under
+    /// hack/tools/, the Go module).
+    const FROM_GO_MODULES: &[(&str, &str, &str, &str)] =
+        &[("gvisor", "GVISOR_VERSION", "gvisor", "gvisor.dev/gvisor")];
 
     fn repo_file(path: &str) -> String {
         let full = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
@@ -151,6 +156,15 @@ mod tests {
         true
     }
 
+    /// `KEY=value` of a shell variable file (hack/tools/versions.env, lib.sh).
+    fn shell_var(file: &str, key: &str) -> String {
+        repo_file(file)
+            .lines()
+            .find_map(|line| line.strip_prefix(&format!("{key}=")))
+            .map(|v| v.trim_matches('"').to_string())
+            .unwrap_or_else(|| panic!("{file} sets no {key}"))
+    }
+
     #[test]
     fn our_payload_images_are_built_with_the_catalog_version_and_layout() {
         let vector = embedded().unwrap();
@@ -162,7 +176,8 @@ mod tests {
             .filter_map(|line| line.trim().strip_prefix('['))
             .filter_map(|rest| rest.split_once("]="))
             .collect();
-        let mut ours = std::collections::BTreeMap::new();
+        let mut from_dockerfiles = std::collections::BTreeMap::new();
+        let mut from_modules = Vec::new();
         for (name, entry) in &catalog.shims {
             for (version, spec) in &entry.versions {
                 let image = vector
@@ -180,18 +195,24 @@ mod tests {
                 if wasm_payload_is_built_as_cataloged(name, version, entry) {
                     continue;
                 }
-                ours.insert(name.as_str(), spec.image.as_str());
-                let dockerfile = repo_file(&format!("hack/images/payloads/{name}/Dockerfile"));
-                assert!(
-                    dockerfile.contains(&format!("\nARG VERSION={version}\n")),
-                    "hack/images/payloads/{name}/Dockerfile does not build version {version}"
-                );
                 for binary in &entry.binaries {
                     assert_eq!(
                         binary.path,
                         format!("/payload/{}", binary.name),
                         "{name}: our payloads keep every file flat under /payload/"
                     );
+                }
+                if FROM_GO_MODULES.iter().any(|(entry, ..)| entry == name) {
+                    from_modules.push(name.as_str());
+                    continue;
+                }
+                from_dockerfiles.insert(name.as_str(), spec.image.as_str());
+                let dockerfile = repo_file(&format!("hack/images/payloads/{name}/Dockerfile"));
+                assert!(
+                    dockerfile.contains(&format!("\nARG VERSION={version}\n")),
+                    "hack/images/payloads/{name}/Dockerfile does not build version {version}"
+                );
+                for binary in &entry.binaries {
                     assert!(
                         dockerfile.contains(&format!("/out/payload/{}\n", binary.name))
                             || dockerfile.contains(&format!("/out/payload/{}; \\", binary.name)),
@@ -209,8 +230,63 @@ mod tests {
             }
         }
         assert_eq!(
-            table, ours,
-            "hack/images/payloads/build.sh must list exactly the entries whose payload is ours"
+            table, from_dockerfiles,
+            "hack/images/payloads/build.sh must list exactly the entries built from a Dockerfile"
         );
+        let mut expected: Vec<&str> = FROM_GO_MODULES.iter().map(|(e, ..)| *e).collect();
+        expected.sort_unstable();
+        from_modules.sort_unstable();
+        from_modules.dedup();
+        assert_eq!(from_modules, expected, "payloads built from Go modules");
+    }
+
+    /// A payload built from a Go module: the module version pinned in versions.env is the
+    /// catalog's only version, the wrapper module requires exactly it, hack/tools/build.sh writes
+    /// every binary of the entry under payload/ and builds every architecture the entry offers.
+    #[test]
+    fn payloads_from_go_modules_build_the_catalog_version_and_files() {
+        let catalog = Catalog::builtin().unwrap();
+        let build_script = repo_file("hack/tools/build.sh");
+        for (name, version_var, wrapper, module) in FROM_GO_MODULES {
+            let entry = catalog.get(name).unwrap();
+            let pinned = shell_var("hack/tools/versions.env", version_var);
+            assert_eq!(
+                entry.versions.keys().collect::<Vec<_>>(),
+                [&pinned],
+                "{name}: the catalog offers the version {version_var} pins"
+            );
+            assert_eq!(entry.default_version, pinned, "{name}: default version");
+            let go_mod = repo_file(&format!("hack/tools/{wrapper}/go.mod"));
+            assert!(
+                go_mod
+                    .lines()
+                    .any(|l| l.split_whitespace().take(2).eq([*module, pinned.as_str()])),
+                "hack/tools/{wrapper}/go.mod does not require {module} {pinned}: run make tools-modules"
+            );
+            assert!(
+                repo_file(&format!("hack/tools/{wrapper}/go.sum"))
+                    .contains(&format!("{module} {pinned} h1:")),
+                "hack/tools/{wrapper}/go.sum lacks {module} {pinned}: run make tools-modules"
+            );
+            let function = build_script
+                .split(&format!("\nbuild_{name}() {{\n"))
+                .nth(1)
+                .and_then(|rest| rest.split("\n}\n").next())
+                .unwrap_or_else(|| panic!("hack/tools/build.sh has no build_{name}"));
+            for binary in &entry.binaries {
+                assert!(
+                    function.contains(&format!("/payload/{}\"", binary.name)),
+                    "build_{name} in hack/tools/build.sh does not write payload/{}",
+                    binary.name
+                );
+            }
+            let architectures = shell_var(
+                "hack/tools/lib.sh",
+                &format!("{}_ARCHITECTURES", name.to_uppercase()),
+            );
+            let built: Vec<&str> = architectures.split_whitespace().collect();
+            let offered: Vec<&str> = entry.architectures.iter().map(|a| a.as_str()).collect();
+            assert_eq!(built, offered, "{name}: architectures built and offered");
+        }
     }
 }
