@@ -28,12 +28,7 @@ const TEST_RUNSC_DIR: &str = "/var/lib/gvisor-test";
 #[tokio::test]
 async fn gvisor_runsc_runs_a_container_on_both_nodes_and_its_shim_is_refused_and_rolled_back() {
     let s = Scenario::start("gvisor").await;
-    let originals: Vec<_> = s
-        .nodes
-        .nodes
-        .iter()
-        .map(|n| n.containerd_config())
-        .collect();
+    let originals = s.nodes.containerd_configs();
 
     // The node's containerd runs a container with this build's runsc: it sees gVisor's
     // kernel, not the node's.

@@ -2,9 +2,6 @@
 //! configuration changes exactly as docs/installer.md says, containerd restarts once, the node
 //! is labelled, and a pod of the RuntimeClass runs under the installed runtime.
 
-use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
-use kube::api::ListParams;
 use serde_json::json;
 
 use crate::scenario::{NODE_TIMEOUT, STATE_DIR, Scenario, assert_clean};
@@ -22,28 +19,16 @@ const CRUN_BINARY: &str = "/var/lib/containerd-shim-installer/current/crun/bin/c
 async fn crun_installs_on_both_containerd_versions_and_runs_a_pod() {
     let s = Scenario::start("install").await;
     let started = now_us();
-    let before: Vec<_> = s
-        .nodes
-        .nodes
-        .iter()
-        .map(|n| n.containerd_config())
-        .collect();
+    let before = s.nodes.containerd_configs();
 
     s.apply(crun()).await;
 
     // The installer DaemonSet's pods run on both nodes (init containers staged the payload).
-    let pods: Api<Pod> = Api::namespaced(s.c.shoot.clone(), "kube-system");
     poll::until(
         "an installer pod Running on every node",
         NODE_TIMEOUT,
         || async {
-            let list = pods
-                .list(
-                    &ListParams::default()
-                        .labels("app.kubernetes.io/name=containerd-shim-installer"),
-                )
-                .await
-                .map_err(|e| e.to_string())?;
+            let list = s.list_installer_pods().await?;
             let running: Vec<String> = list
                 .iter()
                 .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))

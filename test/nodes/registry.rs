@@ -3,9 +3,8 @@
 //! digest. A registry outage during an install only delays it: the nodes keep serving what they
 //! run, and the install completes once the registry is back.
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use kube::Api;
-use kube::api::ListParams;
 
 use crate::install::crun;
 use crate::scenario::{NODE_TIMEOUT, Scenario, assert_clean};
@@ -43,30 +42,18 @@ async fn the_installer_comes_from_the_registry_and_an_outage_only_delays_the_ins
         node.remove_image(&installer);
         node.remove_image(&payload);
     }
-    let configs: Vec<_> = s
-        .nodes
-        .nodes
-        .iter()
-        .map(|n| n.containerd_config())
-        .collect();
+    let configs = s.nodes.containerd_configs();
 
     let outage = registry.stop();
     let started = now_us();
     s.apply(crun()).await;
 
     // Every node's installer pod is stuck on its image.
-    let pods: Api<Pod> = Api::namespaced(s.c.shoot.clone(), "kube-system");
     poll::until(
         "every node's installer pod failing to pull its image",
         NODE_TIMEOUT,
         || async {
-            let list = pods
-                .list(
-                    &ListParams::default()
-                        .labels("app.kubernetes.io/name=containerd-shim-installer"),
-                )
-                .await
-                .map_err(|e| e.to_string())?;
+            let list = s.list_installer_pods().await?;
             let mut seen = Vec::new();
             let mut stuck = Vec::new();
             for pod in &list {

@@ -79,12 +79,7 @@ async fn removing_a_shim_takes_its_label_first_and_gives_the_configuration_back(
     s.apply(crun()).await;
     s.wait_rolled_out().await;
     s.wait_verified_everywhere("crun").await;
-    let crun_only: Vec<_> = s
-        .nodes
-        .nodes
-        .iter()
-        .map(|n| n.containerd_config())
-        .collect();
+    let crun_only: Vec<_> = s.nodes.containerd_configs();
 
     s.apply(crun_and_crun_b()).await;
     s.wait_rolled_out().await;
@@ -184,12 +179,7 @@ async fn removing_a_shim_takes_its_label_first_and_gives_the_configuration_back(
 #[tokio::test]
 async fn deleting_the_extension_cleans_every_node_before_the_bundle_goes() {
     let s = Scenario::start("delete").await;
-    let originals: Vec<_> = s
-        .nodes
-        .nodes
-        .iter()
-        .map(|n| n.containerd_config())
-        .collect();
+    let originals = s.nodes.containerd_configs();
     s.apply(crun()).await;
     s.wait_rolled_out().await;
     s.wait_verified_everywhere("crun").await;

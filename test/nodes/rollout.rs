@@ -92,12 +92,7 @@ async fn a_shim_that_cannot_run_stops_at_the_first_node() {
         let id = s.container_id(&pod).await;
         workloads.push((node.clone(), pod, id));
     }
-    let configs: Vec<_> = s
-        .nodes
-        .nodes
-        .iter()
-        .map(|n| n.containerd_config())
-        .collect();
+    let configs = s.nodes.containerd_configs();
 
     let started = now_us();
     let broken = s.nodes.image("BROKEN_PAYLOAD_IMAGE").to_string();

@@ -409,10 +409,18 @@ pub struct InstallerPod {
 }
 
 impl Scenario {
-    /// The installer DaemonSet's pods.
-    pub async fn installer_pods(&self) -> Vec<InstallerPod> {
+    /// The installer DaemonSet's pods as the API server has them (an error as text, for polls).
+    pub async fn list_installer_pods(&self) -> Result<Vec<Pod>, String> {
         let pods: Api<Pod> = Api::namespaced(self.c.shoot.clone(), "kube-system");
         pods.list(&ListParams::default().labels("app.kubernetes.io/name=containerd-shim-installer"))
+            .await
+            .map(|list| list.items)
+            .map_err(|e| format!("list installer pods: {e}"))
+    }
+
+    /// The installer DaemonSet's pods.
+    pub async fn installer_pods(&self) -> Vec<InstallerPod> {
+        self.list_installer_pods()
             .await
             .expect("list installer pods")
             .into_iter()

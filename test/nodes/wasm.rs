@@ -17,12 +17,7 @@ const HTTP_BODY: &str = "hello from wasm http on containerd-shim";
 #[tokio::test]
 async fn wasm_modules_run_under_the_installed_shim_on_both_containerd_versions() {
     let s = Scenario::start("wasm").await;
-    let originals: Vec<_> = s
-        .nodes
-        .nodes
-        .iter()
-        .map(|n| n.containerd_config())
-        .collect();
+    let originals = s.nodes.containerd_configs();
     let mut ordinary = Vec::new();
     for node in &s.nodes.nodes {
         let pod = s.run_pod(node, None, "while true; do sleep 1; done").await;

@@ -123,6 +123,12 @@ pub struct RealNode {
 }
 
 impl RealNodes {
+    /// Every node's containerd configuration files ([`RealNode::containerd_config`]), in node
+    /// order: what a test compares the nodes with after a change.
+    pub fn containerd_configs(&self) -> Vec<BTreeMap<String, Vec<u8>>> {
+        self.nodes.iter().map(RealNode::containerd_config).collect()
+    }
+
     /// Reads the control plane's env file; fails the test, naming the command that starts real
     /// nodes, when there are none.
     pub fn load(env: &Env) -> RealNodes {

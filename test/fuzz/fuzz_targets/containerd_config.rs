@@ -16,7 +16,8 @@ use std::path::{Path, PathBuf};
 
 use gardener_extension_containerd_shim::desired_shims::OptionValue;
 use gardener_extension_containerd_shim::installer::containerd::{
-    ContainerdVersion, ManagedKey, MemoryHost, Ownership, RuntimeEntry, locate, plan_install, plan_uninstall,
+    ContainerdVersion, ManagedKey, MemoryHost, Ownership, RuntimeEntry, locate, plan_install,
+    plan_uninstall,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -34,8 +35,14 @@ fn containerd(selector: u8) -> ContainerdVersion {
 /// The host files: `main` (and `extra`) where a distribution keeps them.
 fn host(layout: u8, main: &str, extra: Option<&str>) -> MemoryHost {
     let (main_path, extra_path): (&str, &str) = match layout % 7 {
-        0 => ("/etc/containerd/config.toml", "/etc/containerd/conf.d/10-foreign.toml"),
-        1 => ("/etc/containerd/config.toml", "/etc/containerd/conf.d/50-containerd-shim.toml"),
+        0 => (
+            "/etc/containerd/config.toml",
+            "/etc/containerd/conf.d/10-foreign.toml",
+        ),
+        1 => (
+            "/etc/containerd/config.toml",
+            "/etc/containerd/conf.d/50-containerd-shim.toml",
+        ),
         2 => (
             "/var/lib/rancher/k3s/agent/etc/containerd/config.toml",
             "/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl",
@@ -44,12 +51,18 @@ fn host(layout: u8, main: &str, extra: Option<&str>) -> MemoryHost {
             "/var/lib/rancher/rke2/agent/etc/containerd/config.toml",
             "/var/lib/rancher/rke2/agent/etc/containerd/config-v3.toml.tmpl",
         ),
-        4 => ("/etc/k0s/containerd.toml", "/etc/k0s/containerd.d/foreign.toml"),
+        4 => (
+            "/etc/k0s/containerd.toml",
+            "/etc/k0s/containerd.d/foreign.toml",
+        ),
         5 => (
             "/var/snap/microk8s/current/args/containerd-template.toml",
             "/var/snap/microk8s/current/args/containerd.toml",
         ),
-        _ => ("/etc/containerd/other.toml", "/etc/containerd/config.toml.containerd-shim.bak"),
+        _ => (
+            "/etc/containerd/other.toml",
+            "/etc/containerd/config.toml.containerd-shim.bak",
+        ),
     };
     let mut host = MemoryHost::new().with(main_path, main);
     if let Some(extra) = extra {
@@ -154,7 +167,10 @@ fuzz_target!(|data: &[u8]| {
     let again_target = locate(&host, containerd, None).expect("the installed host locates");
     let again = plan_install(&host, &again_target, &first_set, &first.ownership)
         .expect("installing the same set again plans");
-    assert!(again.writes.is_empty() && again.deletes.is_empty(), "{again:?}");
+    assert!(
+        again.writes.is_empty() && again.deletes.is_empty(),
+        "{again:?}"
+    );
     assert_eq!(again.ownership, first.ownership);
 
     // Changing to the second set, then uninstalling, restores every original byte.

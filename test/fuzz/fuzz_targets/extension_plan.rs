@@ -11,52 +11,20 @@
 //! `templated`), so that huge and negative values are reached without a grammar.
 #![no_main]
 
-use std::sync::OnceLock;
-
-use gardener_extension_containerd_shim::gardener::api::{ErrorCode, Extension, Shoot};
+use gardener_extension_containerd_shim::gardener::api::{ErrorCode, Extension};
 use gardener_extension_containerd_shim::gardener::error_codes::CodedError;
-use gardener_extension_containerd_shim::gardener::imagevector::ImageVector;
 use gardener_extension_containerd_shim::gardener::managed_resource::Manifest;
-use gardener_extension_containerd_shim::shim::config::Catalog;
 use gardener_extension_containerd_shim::shim::config::validate::MAX_CONCURRENT_RESTARTS;
-use gardener_extension_containerd_shim::shim::controllers::{
-    CatalogOptions, load_catalog_and_images,
-};
 use gardener_extension_containerd_shim::shim::error::ShimError;
 use gardener_extension_containerd_shim::shim::offline::{OfflineError, render_extension};
 use gardener_extension_containerd_shim::shim::plan::Plan;
 use libfuzzer_sys::fuzz_target;
-use serde_json::{Value, json};
 
 const HEADER: &str = r#""apiVersion":"containerd-shim.extensions.gardener.cloud/v1alpha1","kind":"ContainerdShimConfig""#;
 
-fn fixtures() -> &'static (Catalog, ImageVector) {
-    static FIXTURES: OnceLock<(Catalog, ImageVector)> = OnceLock::new();
-    FIXTURES.get_or_init(|| {
-        load_catalog_and_images(&CatalogOptions::default())
-            .expect("the built-in catalog and image vector load")
-    })
-}
+mod common;
 
-fn shoot(pools: u8) -> Shoot {
-    let names = ["worker-a", "worker-b", "arm", "gpu"];
-    let workers: Vec<Value> = names
-        .iter()
-        .take(usize::from(pools % 4) + 1)
-        .enumerate()
-        .map(|(i, name)| {
-            json!({"name": name, "cri": {"name": if i == 3 { "docker" } else { "containerd" }},
-                   "machine": {"type": "m", "architecture": if *name == "arm" { "arm64" } else { "amd64" }},
-                   "minimum": 1, "maximum": 3})
-        })
-        .collect();
-    serde_json::from_value(json!({
-        "apiVersion": "core.gardener.cloud/v1beta1", "kind": "Shoot",
-        "metadata": {"name": "fuzz", "namespace": "garden-fuzz"},
-        "spec": {"kubernetes": {"version": "1.33.4"}, "provider": {"type": "local", "workers": workers}}
-    }))
-    .expect("the fuzz Shoot decodes")
-}
+use common::{fixtures, shoot};
 
 /// Reads `N` bytes (zero-padded) from the front of `data`.
 fn take<const N: usize>(data: &mut &[u8]) -> [u8; N] {
@@ -96,7 +64,10 @@ fn templated(mut data: &[u8]) -> String {
     };
     let list = |item: &str| vec![item; n].join(",");
     let shim = match lists % 5 {
-        0 => format!(r#"{{"name":"{name}","workerPools":[{}]}}"#, list(r#""worker-a""#)),
+        0 => format!(
+            r#"{{"name":"{name}","workerPools":[{}]}}"#,
+            list(r#""worker-a""#)
+        ),
         1 => format!(
             r#"{{"name":"{name}","runtimeClass":{{"tolerations":[{}]}}}}"#,
             list(r#"{"operator":"Exists"}"#)
@@ -108,15 +79,23 @@ fn templated(mut data: &[u8]) -> String {
                 .collect::<Vec<_>>()
                 .join(",")
         ),
-        3 => format!(r#"{{"name":"{name}","podAnnotations":[{}]}}"#, list(r#""a/*""#)),
+        3 => format!(
+            r#"{{"name":"{name}","podAnnotations":[{}]}}"#,
+            list(r#""a/*""#)
+        ),
         _ => format!(
             r#"{{"name":"{name}","options":{{"A":{}1{}}}}}"#,
             "[".repeat(n),
             "]".repeat(n)
         ),
     };
-    let rollout = format!(r#""rollout":{{"maxConcurrentRestarts":{restarts},"maxUnavailable":{unavailable}}}"#);
-    let shims = format!(r#""shims":[{}]"#, vec![shim.as_str(); usize::from(dup % 20) + 1].join(","));
+    let rollout = format!(
+        r#""rollout":{{"maxConcurrentRestarts":{restarts},"maxUnavailable":{unavailable}}}"#
+    );
+    let shims = format!(
+        r#""shims":[{}]"#,
+        vec![shim.as_str(); usize::from(dup % 20) + 1].join(",")
+    );
     if dup % 2 == 0 {
         format!("{{{HEADER},{shims},{rollout}}}")
     } else {
@@ -184,7 +163,10 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(e.codes(), vec![ErrorCode::ConfigurationProblem], "{e}");
             assert!(!e.errors.is_empty(), "an error without problems");
             assert!(uninstall.invalid_config.is_some());
-            assert_eq!(leases, 1, "delete with an invalid config uses the safe default");
+            assert_eq!(
+                leases, 1,
+                "delete with an invalid config uses the safe default"
+            );
             assert!(plan.health(&ext, &shoot).is_none());
         }
         // The catalog's images for an architecture: the operator's to fix, not a crash.

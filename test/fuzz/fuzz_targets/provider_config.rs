@@ -5,44 +5,16 @@
 //! it), the second how many worker pools the Shoot has; the rest is the providerConfig text.
 #![no_main]
 
-use std::sync::OnceLock;
-
-use gardener_extension_containerd_shim::gardener::api::{ErrorCode, Extension, Shoot};
+use gardener_extension_containerd_shim::gardener::api::{ErrorCode, Extension};
 use gardener_extension_containerd_shim::gardener::error_codes::CodedError;
-use gardener_extension_containerd_shim::gardener::imagevector::ImageVector;
-use gardener_extension_containerd_shim::shim::config::{self, Catalog, decode};
-use gardener_extension_containerd_shim::shim::controllers::{CatalogOptions, load_catalog_and_images};
+use gardener_extension_containerd_shim::shim::config::{self, decode};
 use gardener_extension_containerd_shim::shim::offline::{OfflineError, render_extension};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Value, json};
 
-fn fixtures() -> &'static (Catalog, ImageVector) {
-    static FIXTURES: OnceLock<(Catalog, ImageVector)> = OnceLock::new();
-    FIXTURES.get_or_init(|| {
-        load_catalog_and_images(&CatalogOptions::default())
-            .expect("the built-in catalog and image vector load")
-    })
-}
+mod common;
 
-fn shoot(pools: u8) -> Shoot {
-    let names = ["worker-a", "worker-b", "arm", "gpu"];
-    let workers: Vec<Value> = names
-        .iter()
-        .take(usize::from(pools % 4) + 1)
-        .enumerate()
-        .map(|(i, name)| {
-            json!({"name": name, "cri": {"name": if i == 3 { "docker" } else { "containerd" }},
-                   "machine": {"type": "m", "architecture": if *name == "arm" { "arm64" } else { "amd64" }},
-                   "minimum": 1, "maximum": 3})
-        })
-        .collect();
-    serde_json::from_value(json!({
-        "apiVersion": "core.gardener.cloud/v1beta1", "kind": "Shoot",
-        "metadata": {"name": "fuzz", "namespace": "garden-fuzz"},
-        "spec": {"kubernetes": {"version": "1.33.4"}, "provider": {"type": "local", "workers": workers}}
-    }))
-    .expect("the fuzz Shoot decodes")
-}
+use common::{fixtures, shoot};
 
 fuzz_target!(|data: &[u8]| {
     let [encoding, pools, rest @ ..] = data else {
