@@ -6,7 +6,7 @@ use serde_json::json;
 
 use crate::scenario::{NODE_TIMEOUT, STATE_DIR, Scenario, assert_clean};
 use crate::support::poll;
-use crate::support::real_nodes::now_us;
+use crate::support::real_nodes::{RealNode, now_us};
 
 /// crun on the test nodes: their kubelets use the cgroupfs driver.
 pub fn crun() -> serde_json::Value {
@@ -14,6 +14,21 @@ pub fn crun() -> serde_json::Value {
 }
 
 const CRUN_BINARY: &str = "/var/lib/containerd-shim-installer/current/crun/bin/crun";
+
+/// Starts a pod of the `crun` RuntimeClass on `node` and checks that the installed crun's state
+/// lists its container; returns the pod's name and the container's id.
+pub async fn run_pod_under_crun(s: &Scenario, node: &RealNode) -> (String, String) {
+    let pod = s
+        .run_pod(node, Some("crun"), "echo running under crun; sleep 3600")
+        .await;
+    let id = s.container_id(&pod).await;
+    assert!(
+        node.oci_containers(CRUN_BINARY).contains(&id),
+        "{}: crun does not list {id}",
+        node.name
+    );
+    (pod, id)
+}
 
 #[tokio::test]
 async fn crun_installs_on_both_containerd_versions_and_runs_a_pod() {
@@ -118,15 +133,7 @@ async fn crun_installs_on_both_containerd_versions_and_runs_a_pod() {
     // A pod of the RuntimeClass runs under crun on each node: crun's state lists its container,
     // runc's does not.
     for node in &s.nodes.nodes {
-        let pod = s
-            .run_pod(node, Some("crun"), "echo running under crun; sleep 3600")
-            .await;
-        let id = s.container_id(&pod).await;
-        assert!(
-            node.oci_containers(CRUN_BINARY).contains(&id),
-            "{}: crun does not list {id}",
-            node.name
-        );
+        let (pod, id) = run_pod_under_crun(&s, node).await;
         assert!(
             !node.oci_containers("runc").contains(&id),
             "{}: runc lists {id}",

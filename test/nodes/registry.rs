@@ -6,15 +6,13 @@
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 
-use crate::install::crun;
+use crate::install::{crun, run_pod_under_crun};
 use crate::scenario::{NODE_TIMEOUT, Scenario, assert_clean};
 use crate::support::poll;
 use crate::support::real_nodes::now_us;
 
 /// Why a kubelet did not start a container whose image it could not pull.
 const PULL_FAILURES: [&str; 2] = ["ErrImagePull", "ImagePullBackOff"];
-
-const CRUN_BINARY: &str = "/var/lib/containerd-shim-installer/current/crun/bin/crun";
 
 #[tokio::test]
 async fn the_installer_comes_from_the_registry_and_an_outage_only_delays_the_install() {
@@ -155,15 +153,7 @@ async fn the_installer_comes_from_the_registry_and_an_outage_only_delays_the_ins
 
     // The installed runtime runs pods, and the pods of before the outage still run.
     for node in &s.nodes.nodes {
-        let pod = s
-            .run_pod(node, Some("crun"), "echo running under crun; sleep 3600")
-            .await;
-        let id = s.container_id(&pod).await;
-        assert!(
-            node.oci_containers(CRUN_BINARY).contains(&id),
-            "{}: crun does not list {id}",
-            node.name
-        );
+        run_pod_under_crun(&s, node).await;
     }
     for ((pod, id), node) in ordinary.iter().zip(&s.nodes.nodes) {
         s.wait_pod_running(pod).await;
