@@ -8,12 +8,12 @@ local: tools
 	@echo "make local: the first run builds the control-plane components, containerd, the nodes' root file system and the images (tens of minutes on two cores, cached afterwards); later runs start in about a minute."
 	cargo build --locked --bin gardener-extension-containerd-shim
 	hack/nodes/images.sh --without-wasm "$(CURDIR)/.local/playground-images"
-	@# set -m: the playground is a job of its own that gets the terminal, so Ctrl-C stops it
-	@# (cleanly, exit 0) instead of also interrupting make. The command after it keeps the
-	@# shell from exec'ing the job in make's own process group.
-	set -m; hack/control-plane.sh run --dir "$(CURDIR)/.local/playground" \
-	  --nodes containerd1,containerd2 --node-images "$(CURDIR)/.local/playground-images" -- hack/local.sh; \
-	  status=$$?; exit $$status
+	@# The playground is make's own child (exec) in make's process group: Ctrl-C reaches it and
+	@# everything it runs, and it stops everything it started before make returns. If make
+	@# itself dies first (of SIGPIPE, when its output went through a pipe whose reader is gone),
+	@# the parent-death signal stops the playground too: nothing outlives the recipe.
+	exec setpriv --pdeathsig TERM hack/control-plane.sh run --dir "$(CURDIR)/.local/playground" \
+	  --nodes containerd1,containerd2 --node-images "$(CURDIR)/.local/playground-images" -- hack/local.sh
 
 ## test: build what is missing and run every check and test (what CI runs).
 test:

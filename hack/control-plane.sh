@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The embedded control plane the tests and the local playground run against: real etcd,
 # a "seed" and a "shoot" kube-apiserver, a kube-controller-manager for each, the Gardener
-# CRDs, and gardener-resource-manager applying ManagedResources from the seed into the shoot.
+# CRDs, gardener-resource-manager applying ManagedResources from the seed into the shoot, and
+# an OCI registry (CNCF Distribution, TLS with the control plane's CA).
 #
 #   hack/control-plane.sh run [--dir DIR] [NODE OPTIONS] -- CMD [ARGS...]
 #       start everything, run CMD with the control plane's environment, stop everything;
@@ -10,6 +11,9 @@
 #       start everything and keep it running until Ctrl-C.
 #   hack/control-plane.sh restart-seed-apiserver [--dir DIR]
 #       stop and start the seed kube-apiserver of a running control plane (fault tests).
+#   hack/control-plane.sh stop-registry [--dir DIR] / start-registry [--dir DIR]
+#       stop the registry of a running control plane, and start it again with the same address
+#       and storage (registry outage tests).
 #   hack/control-plane.sh node-exec [--dir DIR] NODE -- CMD [ARGS...]
 #       run a command inside a real node of a running control plane.
 #
@@ -17,15 +21,17 @@
 # systemd-nspawn machines with containerd and a kubelet.
 #   --nodes FLAVOURS       one node per comma-separated flavour: containerd1 (Debian's 1.x,
 #                          config version 2) or containerd2 (the built 2.x, config version 3)
-#   --node-images DIR      import every *.tar image archive of DIR into each node
+#   --node-images DIR      push every image of DIR to the registry before the nodes boot;
+#                          the nodes pull them from there, their sandbox image included
 #                          (hack/nodes/images.sh builds them)
 #   --node-pool POOL       the nodes' worker pool label (default worker-a)
 #   --node-prefix PREFIX   node names are PREFIX1, PREFIX2, ... (default node-)
 #
-# Everything binds to 127.0.0.1, except, with nodes, the shoot API server and the kubelets,
-# which bind to addresses on lo that pods can reach. Every process started is recorded by PID
-# in DIR/pids and is stopped on exit, on failure and on Ctrl-C. DIR/env holds the kubeconfig
-# paths for clients; it exists only while the control plane is up.
+# Everything binds to 127.0.0.1, except, with nodes, the shoot API server, the registry and the
+# kubelets, which bind to addresses on lo that pods and nodes reach. Every process started is
+# recorded by PID in DIR/pids and is stopped on exit, on failure and on Ctrl-C. DIR/env holds
+# the kubeconfig paths, the registry's address (REGISTRY) and CA (REGISTRY_CA) for clients; it
+# exists only while the control plane is up. The registry stores its content in DIR/registry.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$repo/hack/tools/versions.env"
@@ -69,10 +75,11 @@ KUBE_APISERVER="$KUBE_DIR/kube-apiserver"
 KUBE_CONTROLLER_MANAGER="$KUBE_DIR/kube-controller-manager"
 ETCD="$ETCD_DIR/etcd"
 GRM="$GRM_DIR/gardener-resource-manager"
+REGISTRY_BIN="$REGISTRY_DIR/registry"
 
 require_tools() {
   local b
-  for b in "$KUBE_APISERVER" "$KUBE_CONTROLLER_MANAGER" "$ETCD" "$GRM"; do
+  for b in "$KUBE_APISERVER" "$KUBE_CONTROLLER_MANAGER" "$ETCD" "$GRM" "$REGISTRY_BIN"; do
     [[ -x "$b" ]] || die "$b is missing: build it with 'make tools' (hack/tools/build.sh)"
   done
   [[ -d "$CRDS_DIR" ]] || die "$CRDS_DIR is missing: build it with 'make tools' (hack/tools/build.sh crds)"
@@ -94,7 +101,7 @@ start() {
   # A session of its own: Ctrl-C reaches this script and the command it runs, never a component
   # directly, so stop_all stops them in order (clients first, etcd last) instead of etcd dying
   # under the API servers and the controller failing to release its Lease.
-  setsid "$@" 9>&- >"$dir/logs/$name.log" 2>&1 &
+  setsid "$@" 9>&- >>"$dir/logs/$name.log" 2>&1 &
   local pid=$!
   echo "$name $pid" >>"$dir/pids"
   log "started $name (pid $pid, log $dir/logs/$name.log)"
@@ -115,7 +122,9 @@ stop_pid() { # name pid
 }
 
 stop_all() {
-  # Clean-up must go on past any failure.
+  # Clean-up must go on past any failure, also past a closed output: when the reader of a pipe
+  # we log into is gone (`make local | tee`, then Ctrl-C), a log line must not kill the clean-up.
+  trap '' PIPE
   set +e
   [[ -f "$dir/pids" ]] || return 0
   rm -f "$dir/env"
@@ -146,10 +155,11 @@ wait_for() {
 }
 
 # Fails when any component has exited. A restarted component appears twice in DIR/pids; only
-# its latest PID counts.
+# its latest PID counts, and a component stopped on purpose (stop-registry) has `-` there.
 check_alive() {
   local name pid
   while read -r name pid; do
+    [[ "$pid" == - ]] && continue
     kill -0 "$pid" 2>/dev/null || die "$name (pid $pid) exited; the end of $dir/logs/$name.log: $(tail -n 5 "$dir/logs/$name.log" 2>/dev/null)"
   done < <(awk '{last[$1]=$2} END {for (n in last) print n, last[n]}' "$dir/pids")
 }
@@ -173,9 +183,50 @@ gen_certs() {
   mkdir -p "$pki/grm"
   cp "$pki/serving.crt" "$pki/grm/tls.crt"
   cp "$pki/serving.key" "$pki/grm/tls.key"
+  # The registry's own serving certificate, for the address it binds.
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=containerd-shim-test-registry" \
+    -keyout "$pki/registry.key" -out "$pki/registry.csr" 2>/dev/null
+  printf 'subjectAltName=IP:%s\nextendedKeyUsage=serverAuth\n' "${REGISTRY_ADDRESS%:*}" >"$pki/registry.ext"
+  openssl x509 -req -in "$pki/registry.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
+    -days 2 -extfile "$pki/registry.ext" -out "$pki/registry.crt" 2>/dev/null
 }
 
 random_token() { openssl rand -hex 24; }
+
+# The OCI registry: CNCF Distribution with filesystem storage in DIR/registry, TLS only, no
+# authentication (as a mirror inside a seed's network would be), an access log in its log.
+write_registry_config() {
+  cat >"$dir/registry.yaml" <<CONFIG
+version: 0.1
+log:
+  level: info
+  formatter: text
+storage:
+  filesystem:
+    rootdirectory: $dir/registry
+  maintenance:
+    uploadpurging:
+      enabled: false
+http:
+  addr: $REGISTRY_ADDRESS
+  # Stopped within stop_pid's grace period.
+  draintimeout: 2s
+  tls:
+    certificate: $dir/pki/registry.crt
+    key: $dir/pki/registry.key
+health:
+  storagedriver:
+    enabled: false
+CONFIG
+}
+
+# Its traces would go to an OTLP collector on localhost:4318 by default; there is none.
+start_registry() {
+  OTEL_TRACES_EXPORTER=none start registry "$REGISTRY_BIN" serve "$dir/registry.yaml"
+  wait_for "the registry" 60 registry_ready
+}
+
+registry_ready() { curl -fsS --cacert "$dir/pki/ca.crt" "https://$REGISTRY_ADDRESS/v2/"; }
 
 write_kubeconfig() { # file port token user [host] [ca file]
   cat >"$1" <<KUBECONFIG
@@ -359,6 +410,8 @@ write_env() {
   for ((i = 1; i <= NODE_COUNT; i++)); do names+=("$(node_name "$i")"); done
   cat >"$dir/env.partial" <<ENV
 CONTROL_PLANE_DIR=$dir
+REGISTRY=$REGISTRY_ADDRESS
+REGISTRY_CA=$dir/pki/ca.crt
 SEED_KUBECONFIG=$dir/seed-admin.kubeconfig
 SHOOT_KUBECONFIG=$dir/shoot-admin.kubeconfig
 SEED_CONTROLLER_KUBECONFIG=$dir/seed-controller.kubeconfig
@@ -384,8 +437,16 @@ up() {
     ((alive == 0)) || die "a control plane is already running from $dir (see $dir/pids); stop it first"
   fi
   rm -rf "$dir"
-  mkdir -p "$dir/logs" "$dir/etcd"
+  mkdir -p "$dir/logs" "$dir/etcd" "$dir/registry"
   : >"$dir/pids"
+  # With nodes, the registry has the fixed address the node images name (hack/nodes/lib.sh);
+  # without, a free port on loopback like everything else.
+  if ((NODE_COUNT > 0)); then
+    REGISTRY_ADDRESS="$NODE_REGISTRY"
+  else
+    [[ -z "$NODE_IMAGES" ]] || die "--node-images needs --nodes: the images name the nodes' registry"
+    REGISTRY_ADDRESS="127.0.0.1:$(free_port)"
+  fi
   gen_certs
   write_audit_policy
   ADMIN_TOKEN="$(random_token)"
@@ -404,7 +465,7 @@ up() {
   ((NODE_COUNT == 0)) || shoot_host="$NODE_API_ADDRESS"
   write_kubeconfig "$dir/shoot-admin.kubeconfig" "$SHOOT_PORT" "$ADMIN_TOKEN" admin "$shoot_host"
   write_kubeconfig "$dir/seed-controller.kubeconfig" "$SEED_PORT" "$CONTROLLER_TOKEN" containerd-shim-controller
-  echo "ETCD_PORT=$ETCD_PORT SEED_PORT=$SEED_PORT SHOOT_PORT=$SHOOT_PORT" >"$dir/ports"
+  echo "ETCD_PORT=$ETCD_PORT SEED_PORT=$SEED_PORT SHOOT_PORT=$SHOOT_PORT REGISTRY_ADDRESS=$REGISTRY_ADDRESS" >"$dir/ports"
 
   local peer
   peer="$(free_port)"
@@ -425,6 +486,12 @@ up() {
   # shellcheck disable=SC2046
   start_apiserver seed-apiserver "$SEED_PORT" /seed 127.0.0.1 $(seed_apiserver_args)
   start_apiserver shoot-apiserver "$SHOOT_PORT" /shoot "$shoot_host" "${shoot_args[@]}"
+  write_registry_config
+  start_registry
+  if [[ -n "$NODE_IMAGES" ]]; then
+    "$repo/hack/nodes/images.sh" push "$NODE_IMAGES" "$REGISTRY_ADDRESS" "$dir/pki/ca.crt" \
+      || die "pushing the images of $NODE_IMAGES to the registry failed"
+  fi
   wait_for "seed kube-apiserver" 120 apiserver_ready "$SEED_PORT" "$ADMIN_TOKEN"
   wait_for "shoot kube-apiserver" 120 apiserver_ready "$SHOOT_PORT" "$ADMIN_TOKEN" "$shoot_host"
 
@@ -459,7 +526,7 @@ up() {
   fi
   check_alive
   write_env
-  log "ready: seed https://127.0.0.1:$SEED_PORT, shoot https://127.0.0.1:$SHOOT_PORT"
+  log "ready: seed https://127.0.0.1:$SEED_PORT, shoot https://127.0.0.1:$SHOOT_PORT, registry https://$REGISTRY_ADDRESS"
   log "  export KUBECONFIG=$dir/seed-admin.kubeconfig   # seed"
   log "  export KUBECONFIG=$dir/shoot-admin.kubeconfig  # shoot"
 }
@@ -475,15 +542,29 @@ case "$cmd" in
     trap 'exit 143' TERM
     up
     interrupted=0
-    trap 'interrupted=1' INT
+    trap 'interrupted=1; trap "" PIPE' INT
+    # A TERM (a service manager, or the parent-death signal `make local` sets) is passed on to
+    # the command, which ends itself before this script stops the rest.
+    trap 'trap "" PIPE; kill -TERM "$child" 2>/dev/null; wait "$child"; exit 143' TERM
     set +e
+    # The command runs in the background so that this script can act on signals while it waits
+    # (bash runs traps only between commands); it stays in the same process group, so Ctrl-C
+    # reaches it too, once it no longer ignores SIGINT as bash makes background commands do.
     (
+      trap - INT QUIT
       set -a
       source "$dir/env"
       set +a
       exec "$@"
-    )
-    status=$?
+    ) &
+    child=$!
+    # `wait` returns early when a trapped signal arrives; the command's status is that of the
+    # wait that sees it end.
+    while :; do
+      wait "$child"
+      status=$?
+      kill -0 "$child" 2>/dev/null || break
+    done
     set -e
     if ((interrupted)) && ((status == 0 || status == 130)); then
       log "interrupted: stopping"
@@ -513,13 +594,26 @@ case "$cmd" in
     start_apiserver seed-apiserver "$SEED_PORT" /seed 127.0.0.1 $(seed_apiserver_args)
     wait_for "seed kube-apiserver" 120 apiserver_ready "$SEED_PORT" "$ADMIN_TOKEN"
     ;;
+  stop-registry)
+    [[ -f "$dir/pids" && -f "$dir/ports" ]] || die "no control plane is running from $dir"
+    stop_pid registry "$(pid_of registry)"
+    # `-`: stopped on purpose; check_alive does not count it as a failure.
+    echo "registry -" >>"$dir/pids"
+    log "stopped the registry"
+    ;;
+  start-registry)
+    [[ -f "$dir/pids" && -f "$dir/ports" ]] || die "no control plane is running from $dir"
+    source "$dir/ports"
+    [[ "$(pid_of registry)" == - ]] || die "the registry of $dir is running (pid $(pid_of registry)); stop it first"
+    start_registry
+    ;;
   node-exec)
     [[ -n "$exec_node" && $# -gt 0 ]] || die "usage: $0 node-exec [--dir DIR] NODE -- CMD [ARGS...]"
     [[ -f "$dir/nodes/$exec_node/leader" ]] || die "no node $exec_node in $dir"
     node_exec "$exec_node" "$@"
     ;;
   *)
-    sed -n '2,36p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,34p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

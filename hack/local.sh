@@ -3,13 +3,16 @@
 # nodes (see the Makefile):
 #
 #   hack/control-plane.sh run --dir .local/playground --nodes containerd1,containerd2 \
-#     --node-images .local/images -- hack/local.sh
+#     --node-images .local/playground-images -- hack/local.sh
+#
+# (the control plane pushes the images of --node-images to its registry; the nodes pull every
+# image from there, by digest)
 #
 # It grants the controller's seed identity (user containerd-shim-controller) exactly the
 # chart's RBAC, applies the example Cluster (example/cluster.yaml) and the playground's Extension
-# (hack/local-extension.yaml: shims whose payload images are on the nodes) in the shoot
+# (hack/local-extension.yaml: shims whose payload images are in the registry) in the shoot
 # namespace shoot--local--local with gardenlet's shoot-access secret, runs the controller binary
-# with that identity and the nodes' images (IMAGEVECTOR_OVERWRITE), shows progress until
+# with that identity and the registry's images (IMAGEVECTOR_OVERWRITE), shows progress until
 # gardenlet would accept the Extension, the RuntimeClasses exist and every node is verified,
 # runs a pod under an installed RuntimeClass, prints how to look around, and keeps running.
 # Ctrl-C stops the controller; hack/control-plane.sh then stops the nodes and the control
@@ -66,7 +69,7 @@ trap stop_controller EXIT
 # Ctrl-C is how the playground is meant to end: stop the controller while the control plane is
 # still up (it releases its Lease and exits 0), then return cleanly to control-plane.sh, which
 # stops the rest.
-trap 'stop_controller; log "stopped"; exit 0' INT
+trap 'trap "" PIPE; stop_controller; log "stopped"; exit 0' INT
 trap 'exit 143' TERM
 
 free_port() {

@@ -28,6 +28,9 @@ cargo test --locked --all-targets --no-run
 step "unit tests"
 cargo test --locked --lib --bins
 
+step "repository checks: contract references, module boundaries, no test double in the binaries"
+cargo test --locked --test repository
+
 step "documentation commands (no control plane)"
 cargo test --locked --test docs
 

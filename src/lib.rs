@@ -17,8 +17,3 @@ pub mod gardener;
 pub mod installer;
 pub mod shim;
 pub mod user_agent;
-
-#[cfg(test)]
-mod contract_refs;
-#[cfg(test)]
-mod module_boundaries;

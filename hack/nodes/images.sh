@@ -1,32 +1,81 @@
 #!/usr/bin/env bash
-# Builds the images the real nodes run, as image archives that `ctr images import` reads (no
-# registry, no container engine), into OUT_DIR:
-#
-#   installer.tar   the installer image: the static containerd-shim-installer at
-#                   /containerd-shim-installer, the same content hack/images/Dockerfile builds
-#                   (a debug build here: the tests want its line numbers, not its size)
-#   pause.tar       the pod sandbox image (busybox waiting for a signal)
-#   workload.tar    a test workload: Debian's busybox with all its applets
-#   payload-crun.tar  the crun payload: crun (built from Debian's source) at /payload/crun
-#   payload-broken.tar  shim binaries that cannot run here (for tests of a failing rollout)
-#   payload-wasmtime.tar, wasm-hello.tar, wasm-http.tar  the Wasm shim and two Wasm
-#                   workloads (hack/nodes/wasm-images.sh)
+# Builds the images the real nodes run, as OCI image layouts (hack/nodes/oci-image.py: no
+# container engine), pinned by digest, and pushes them to the control plane's registry, which
+# the nodes' containerd pulls from:
 #
 #   hack/nodes/images.sh [--without-wasm] OUT_DIR
+#       build every image into OUT_DIR/oci/<name> and write the files below
+#   hack/nodes/images.sh push OUT_DIR REGISTRY CA_FILE
+#       push every image of OUT_DIR to REGISTRY (host:port, TLS, trusted through CA_FILE) with
+#       crane; hack/control-plane.sh runs it once its registry is up (--node-images OUT_DIR)
+#
+# The images:
+#
+#   installer       the installer image: the static containerd-shim-installer at
+#                   /containerd-shim-installer, the same content hack/images/Dockerfile builds
+#                   (a debug build here: the tests want its line numbers, not its size)
+#   pause           the pod sandbox image (busybox waiting for a signal)
+#   workload        a test workload: Debian's busybox with all its applets
+#   payload-crun    the crun payload: crun (built from Debian's source) at /payload/crun
+#   payload-broken  shim binaries that cannot run here (for tests of a failing rollout)
+#   payload-wasmtime, wasm-hello, wasm-http  the catalog's Wasm payload (built from
+#                   hack/images/payloads/wasm) and two Wasm workloads (hack/nodes/wasm-images.sh)
 #
 # --without-wasm leaves out the Wasm shim and workloads (the playground does not use them, and
-# the shim's first build is the longest item of a cold run).
+# the shim's first build is the longest item of a cold run). Payload images are image indexes
+# (one manifest per platform; linux/amd64 here), as the product's multi-arch payloads are; the
+# others are single manifests.
 #
-# Every image is tagged by its content, so a changed build is a new reference. OUT_DIR also gets
-# images.env (the references, for tests and scripts), pause.ref (imported under each node's
-# sandbox image name), images-overwrite.yaml: the IMAGEVECTOR_OVERWRITE file that points the
-# controller at these images instead of the published ones, and catalog-overlay.yaml: the
-# SHIM_CATALOG_OVERLAY that offers these payloads as catalog versions. `make images` builds the published
-# images with docker instead; this needs neither docker nor a registry.
+# The images are content-addressed and reproducible, and named by digest in the registry the
+# nodes pull from (NODE_REGISTRY in hack/nodes/lib.sh): a changed build is a new reference, and
+# no tag decides what a node runs. OUT_DIR also gets images.list (what `push` pushes),
+# images.env (the references, for tests and scripts; PAUSE_IMAGE is the nodes' sandbox image),
+# images-overwrite.yaml: the IMAGEVECTOR_OVERWRITE file that points the controller at these
+# images (`tag: sha256:...`) instead of the published ones, and catalog-overlay.yaml: the
+# SHIM_CATALOG_OVERLAY that offers these payloads as catalog versions. `make images` builds the
+# published images with docker instead.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 source "$repo/hack/tools/versions.env"
 source "$repo/hack/tools/lib.sh"
+# NODE_REGISTRY: the registry the nodes pull from.
+source "$repo/hack/nodes/lib.sh"
+
+log() { printf '[images %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+# push OUT_DIR REGISTRY CA_FILE: every image of images.list, with its human tag, checked to land
+# under the digest it was built with.
+push() {
+  local out="$1" registry="$2" ca="$3"
+  local crane="$CRANE_DIR/crane"
+  [[ -x "$crane" ]] || die "$crane is missing: build it with 'make tools' (hack/tools/build.sh crane)"
+  [[ -f "$out/images.list" && -f "$out/images.env" ]] \
+    || die "no images in $out: build them with hack/nodes/images.sh $out"
+  local built_for
+  built_for="$(sed -n 's/^REGISTRY=//p' "$out/images.env")"
+  [[ "$built_for" == "$registry" ]] \
+    || die "the images in $out name the registry '$built_for', not $registry: rebuild them with hack/nodes/images.sh $out"
+  local name repository digest pushed started=$SECONDS count=0
+  while read -r name repository digest; do
+    [[ -d "$out/oci/$name" ]] || die "$out/oci/$name is missing: rebuild the images with hack/nodes/images.sh $out"
+    # crane trusts the system's roots only; SSL_CERT_FILE makes it trust the control plane's CA
+    # (and nothing else).
+    pushed="$(SSL_CERT_FILE="$ca" "$crane" push "$out/oci/$name" "$registry/$repository:id-${digest:7:12}" 2>"$out/push.log")" \
+      || die "pushing $name to $registry failed: $(cat "$out/push.log")"
+    [[ "$pushed" == "$registry/$repository@$digest" ]] \
+      || die "pushing $name: the registry has it as $pushed, built as $digest"
+    count=$((count + 1))
+  done <"$out/images.list"
+  log "pushed $count images to $registry in $((SECONDS - started)) s"
+}
+
+if [[ "${1:-}" == push ]]; then
+  [[ $# == 4 ]] || die "usage: $0 push OUT_DIR REGISTRY CA_FILE"
+  push "$(cd "$2" && pwd)" "$3" "$4"
+  exit 0
+fi
+
 with_wasm=1
 if [[ "${1:-}" == "--without-wasm" ]]; then
   with_wasm=0
@@ -35,11 +84,11 @@ fi
 out="${1:?usage: $0 [--without-wasm] OUT_DIR}"
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
+IMAGE_REGISTRY="$NODE_REGISTRY"
+source "$repo/hack/nodes/oci.sh"
+# What an earlier build left (also the image archives of before the registry).
+rm -rf "$out/oci" "$out/images.list" "$out"/*.tar "$out/pause.ref"
 
-log() { printf '[images %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
-
-archive="$repo/hack/nodes/image-archive.py"
 debs="$IMAGE_DEBS_DIR/root"
 [[ -x "$debs/bin/busybox" ]] \
   || die "$IMAGE_DEBS_DIR is missing: build it with 'make tools' (hack/tools/build.sh image-debs)"
@@ -59,7 +108,7 @@ trap 'rm -rf "$work"' EXIT
 objcopy --strip-debug --keep-section=.debug_line "$installer_bin" "$work/containerd-shim-installer" 2>/dev/null \
   || cp "$installer_bin" "$work/containerd-shim-installer"
 
-installer_ref="$("$archive" --tag local.test/containerd-shim-installer --out "$out/installer.tar" \
+installer_ref="$(oci_image installer containerd-shim-installer \
   --file "$work/containerd-shim-installer=/containerd-shim-installer:0755" \
   --entrypoint '["/containerd-shim-installer"]')"
 
@@ -71,15 +120,17 @@ done < <("$debs/bin/busybox" --list)
 
 # The sandbox: sleeps until told to stop. Its shell is PID 1 of the pod, so it reaps orphans
 # and exits 0 on SIGTERM/SIGINT like the pause binary.
-pause_ref="$("$archive" --tag local.test/pause --out "$out/pause.tar" \
+pause_ref="$(oci_image pause pause \
   --file "$debs/bin/busybox=/bin/busybox:0755" --symlink /bin/sh=busybox --symlink /bin/sleep=busybox \
   --entrypoint '["/bin/sh","-c","trap \"exit 0\" TERM INT; while :; do sleep 3600 & wait $!; done"]')"
 
-workload_ref="$("$archive" --tag local.test/busybox --out "$out/workload.tar" \
+workload_ref="$(oci_image workload busybox \
   --file "$debs/bin/busybox=/bin/busybox:0755" "${busybox_links[@]}" --dir /tmp --dir /var/www \
   --entrypoint '["/bin/sh"]')"
 
-crun_ref="$("$archive" --tag local.test/containerd-shim-payload/crun --out "$out/payload-crun.tar" \
+# Payloads are image indexes, as the published multi-arch payloads are: another architecture's
+# build is one more `oci-image.py --platform linux/arm64` into the same layout.
+crun_ref="$(oci_image payload-crun containerd-shim-payload/crun --index \
   --file "$CRUN_DIR/crun=/payload/crun:0755")"
 
 # A payload that cannot run on these nodes, for the tests of a failing rollout: a shim binary
@@ -94,19 +145,20 @@ with open(sys.argv[1], "wb") as f:
 PY
 printf '#!/bin/sh\necho "this shim always fails" >&2\nexit 1\n' >"$work/containerd-shim-fails-v1"
 chmod 0755 "$work/containerd-shim-broken-v1" "$work/containerd-shim-fails-v1"
-broken_ref="$("$archive" --tag local.test/containerd-shim-payload/broken --out "$out/payload-broken.tar" \
+broken_ref="$(oci_image payload-broken containerd-shim-payload/broken --index \
   --file "$work/containerd-shim-broken-v1=/payload/containerd-shim-broken-v1:0755" \
   --file "$work/containerd-shim-fails-v1=/payload/containerd-shim-fails-v1:0755")"
 
-# The Wasm shim and workloads (hack/nodes/wasm-images.sh writes wasm.env).
+# The Wasm shim and workloads (hack/nodes/wasm-images.sh adds them to images.list and writes
+# wasm.env).
 if ((with_wasm)); then
-  "$repo/hack/nodes/wasm-images.sh" "$out"
+  IMAGE_REGISTRY="$IMAGE_REGISTRY" "$repo/hack/nodes/wasm-images.sh" "$out"
   # shellcheck source=/dev/null
   source "$out/wasm.env"
 fi
 
-printf '%s\n' "$pause_ref" >"$out/pause.ref"
 cat >"$out/images.env" <<ENV
+REGISTRY=$IMAGE_REGISTRY
 INSTALLER_IMAGE=$installer_ref
 PAUSE_IMAGE=$pause_ref
 WORKLOAD_IMAGE=$workload_ref
@@ -114,39 +166,34 @@ CRUN_PAYLOAD_IMAGE=$crun_ref
 BROKEN_PAYLOAD_IMAGE=$broken_ref
 ENV
 if ((with_wasm)); then
-  cat >>"$out/images.env" <<ENV
-WASMTIME_PAYLOAD_IMAGE=$WASMTIME_PAYLOAD_IMAGE
-WASM_HELLO_IMAGE=$WASM_HELLO_IMAGE
-WASM_HTTP_IMAGE=$WASM_HTTP_IMAGE
-WASM_HTTP_PORT=$WASM_HTTP_PORT
-ENV
+  cat "$out/wasm.env" >>"$out/images.env"
 fi
+
+# image_vector_entry <name> <pinned reference>: an IMAGEVECTOR_OVERWRITE entry in Gardener's
+# digest form: the tag is the digest, and the controller writes repository@sha256:....
+image_vector_entry() {
+  printf '  - name: %s\n    repository: %s\n    tag: "%s"\n' "$1" "${2%@*}" "${2##*@}"
+}
 
 # IMAGEVECTOR_OVERWRITE for the controller: the same names as charts/images.yaml.
-cat >"$out/images-overwrite.yaml" <<YAML
-# Written by hack/nodes/images.sh: the images imported into the real nodes.
-images:
-  - name: containerd-shim-installer
-    repository: ${installer_ref%:*}
-    tag: ${installer_ref##*:}
-  - name: containerd-shim-crun-local
-    repository: ${crun_ref%:*}
-    tag: ${crun_ref##*:}
-YAML
-if ((with_wasm)); then
-  cat >>"$out/images-overwrite.yaml" <<YAML
-  - name: containerd-shim-wasmtime-local
-    repository: ${WASMTIME_PAYLOAD_IMAGE%:*}
-    tag: ${WASMTIME_PAYLOAD_IMAGE##*:}
-YAML
-fi
+{
+  echo "# Written by hack/nodes/images.sh: the images in the nodes' registry, by digest."
+  echo "images:"
+  image_vector_entry containerd-shim-installer "$installer_ref"
+  image_vector_entry containerd-shim-crun-local "$crun_ref"
+  if ((with_wasm)); then
+    # The Wasm payloads are the catalog's own (hack/images/payloads/wasm), built here: the
+    # catalog's image names point at these builds instead of the published images (the same
+    # architectures as charts/images.yaml, so that the entry replaces the published one).
+    image_vector_entry containerd-shim-wasmtime "$WASMTIME_PAYLOAD_IMAGE"
+    echo "    architectures: [amd64]"
+  fi
+} >"$out/images-overwrite.yaml"
 
-# SHIM_CATALOG_OVERLAY for the controller: the catalog's crun and wasmtime entries get the
-# locally built payloads as a version of their own (and their default), the way an operator
-# adds a build.
+# SHIM_CATALOG_OVERLAY for the controller: the catalog's crun entry gets the locally built
+# payload as a version of its own (and its default), the way an operator adds a build.
 cat >"$out/catalog-overlay.yaml" <<YAML
-# Written by hack/nodes/images.sh: the locally built crun and the Wasm test shim of
-# test/wasm/shim as versions of the catalog's entries.
+# Written by hack/nodes/images.sh: the locally built crun as a version of the catalog's entry.
 shims:
   crun:
     defaultVersion: local
@@ -154,13 +201,4 @@ shims:
       local:
         image: containerd-shim-crun-local
 YAML
-if ((with_wasm)); then
-  cat >>"$out/catalog-overlay.yaml" <<YAML
-  wasmtime:
-    defaultVersion: local
-    versions:
-      local:
-        image: containerd-shim-wasmtime-local
-YAML
-fi
 log "images in $out: $installer_ref $pause_ref $workload_ref $crun_ref $broken_ref"

@@ -10,6 +10,7 @@
 # (never on an interface that leaves the machine):
 #
 #   NODE_NET_PREFIX.1          the shoot kube-apiserver (also its `kubernetes` Service endpoint)
+#   NODE_NET_PREFIX.2          the OCI registry every node pulls its images from (NODE_REGISTRY)
 #   NODE_NET_PREFIX.(10+i)     node i's kubelet (its InternalIP)
 #   POD_NET_PREFIX.i.0/24      node i's pods, on the bridge cbr-i
 #
@@ -24,6 +25,13 @@ POD_NET_PREFIX="10.244"
 CLUSTER_CIDR="$POD_NET_PREFIX.0.0/16"
 SERVICE_CIDR="10.0.0.0/24"
 NODES_LOCK="/run/containerd-shim-nodes.lock"
+# The registry of the nodes' world, at a fixed address: the images hack/nodes/images.sh builds
+# name it in their references before any control plane runs, and the lock above gives the
+# address to one control plane at a time.
+NODE_REGISTRY_ADDRESS="$NODE_NET_PREFIX.2"
+NODE_REGISTRY="$NODE_REGISTRY_ADDRESS:5443"
+# Where a node's containerd looks for per-registry hosts files (Gardener's path).
+NODE_CERTS_D=/etc/containerd/certs.d
 
 KUBELET="$KUBE_DIR/kubelet"
 KUBE_SCHEDULER="$KUBE_DIR/kube-scheduler"
@@ -46,7 +54,9 @@ nodes_require_tools() {
   done
   [[ "$(id -u)" == 0 ]] || die "real nodes need root (systemd-nspawn, addresses on lo, nftables)"
   if [[ -n "$NODE_IMAGES" ]]; then
-    ls "$NODE_IMAGES"/*.tar >/dev/null 2>&1 || die "no image archives in $NODE_IMAGES: build them with hack/nodes/images.sh $NODE_IMAGES"
+    [[ -f "$NODE_IMAGES/images.list" && -f "$NODE_IMAGES/images.env" ]] \
+      || die "no images in $NODE_IMAGES: build them with hack/nodes/images.sh $NODE_IMAGES"
+    [[ -x "$CRANE_DIR/crane" ]] || die "$CRANE_DIR/crane is missing: build it with 'make tools' (hack/tools/build.sh crane)"
   fi
 }
 
@@ -62,6 +72,7 @@ nodes_lock() {
 nodes_network_up() {
   local i
   ip addr replace "$NODE_API_ADDRESS/32" dev lo
+  ip addr replace "$NODE_REGISTRY_ADDRESS/32" dev lo
   for ((i = 1; i <= NODE_COUNT; i++)); do
     ip addr replace "$(node_address "$i")/32" dev lo
   done
@@ -79,6 +90,7 @@ nodes_cleanup() {
     ip addr del "$(node_address "$i")/32" dev lo 2>/dev/null || true
   done
   ip addr del "$NODE_API_ADDRESS/32" dev lo 2>/dev/null || true
+  ip addr del "$NODE_REGISTRY_ADDRESS/32" dev lo 2>/dev/null || true
   nft delete table ip kube-proxy 2>/dev/null || true
   nft delete table ip6 kube-proxy 2>/dev/null || true
   rm -f "$NODES_LOCK.owner"
@@ -167,34 +179,67 @@ CONFIG
   start kube-proxy "$KUBE_PROXY" --config="$dir/kube-proxy.yaml"
 }
 
+# The node's sandbox (pause) image: the one pushed to the registry when the control plane has
+# images, else the containerd default (which these machines cannot pull).
+node_sandbox_image() {
+  if [[ -n "$NODE_IMAGES" ]]; then
+    sed -n 's/^PAUSE_IMAGE=//p' "$NODE_IMAGES/images.env"
+  fi
+}
+
 # The containerd configuration a node starts with: what the installer finds. Both carry
 # `restrict_oom_score_adj`, which this machine needs (runc runs without CAP_SYS_RESOURCE and
-# cannot lower oom_score_adj); nothing here is the installer's.
+# cannot lower oom_score_adj), and the registry set-up a Gardener node has: `config_path` for
+# per-registry hosts files (node_registry_hosts) and the sandbox image from the registry.
+# Nothing here is the installer's.
 write_containerd1_config() { # rootfs
-  # Debian's packaged file, as it is, plus that one key: no runtime is defined, so containerd
+  # Debian's packaged file, as it is, plus those keys: no runtime is defined, so containerd
   # fills in its default `runc` (the case the installer must keep working).
-  cat >"$1/etc/containerd/config.toml" <<'TOML'
+  local sandbox
+  sandbox="$(node_sandbox_image)"
+  {
+    cat <<TOML
 version = 2
 
 [plugins]
   [plugins."io.containerd.grpc.v1.cri"]
     restrict_oom_score_adj = true
+TOML
+    [[ -z "$sandbox" ]] || echo "    sandbox_image = \"$sandbox\""
+    cat <<TOML
     [plugins."io.containerd.grpc.v1.cri".cni]
       bin_dir = "/usr/lib/cni"
       conf_dir = "/etc/cni/net.d"
+    [plugins."io.containerd.grpc.v1.cri".registry]
+      config_path = "$NODE_CERTS_D"
   [plugins."io.containerd.internal.v1.opt"]
     path = "/var/lib/containerd/opt"
 TOML
+  } >"$1/etc/containerd/config.toml"
 }
 
 write_containerd2_config() { # rootfs
   # Shaped like a Gardener node's: version 3, drop-ins imported from conf.d, runc explicit.
+  local sandbox
+  sandbox="$(node_sandbox_image)"
   mkdir -p "$1/etc/containerd/conf.d"
-  cat >"$1/etc/containerd/config.toml" <<'TOML'
+  {
+    cat <<TOML
 version = 3
 imports = ["/etc/containerd/conf.d/*.toml"]
 
 [plugins]
+  [plugins."io.containerd.cri.v1.images"]
+TOML
+    if [[ -n "$sandbox" ]]; then
+      cat <<TOML
+    [plugins."io.containerd.cri.v1.images".pinned_images]
+      sandbox = "$sandbox"
+TOML
+    fi
+    cat <<TOML
+    [plugins."io.containerd.cri.v1.images".registry]
+      config_path = "$NODE_CERTS_D"
   [plugins."io.containerd.cri.v1.runtime"]
     restrict_oom_score_adj = true
     [plugins."io.containerd.cri.v1.runtime".cni]
@@ -206,6 +251,22 @@ imports = ["/etc/containerd/conf.d/*.toml"]
         runtime_type = "io.containerd.runc.v2"
         [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
           SystemdCgroup = false
+TOML
+  } >"$1/etc/containerd/config.toml"
+}
+
+# node_registry_hosts <rootfs>: the hosts file through which containerd reaches the registry,
+# as Gardener writes one per registry: HTTPS only, trusting the control plane's CA.
+node_registry_hosts() {
+  local d="$1$NODE_CERTS_D/$NODE_REGISTRY"
+  mkdir -p "$d"
+  cp "$dir/pki/ca.crt" "$d/ca.crt"
+  cat >"$d/hosts.toml" <<TOML
+server = "https://$NODE_REGISTRY"
+
+[host."https://$NODE_REGISTRY"]
+  capabilities = ["pull", "resolve"]
+  ca = "$NODE_CERTS_D/$NODE_REGISTRY/ca.crt"
 TOML
 }
 
@@ -238,6 +299,7 @@ prepare_node() {
       ;;
     *) die "unknown node flavour '$flavour' (known: containerd1 containerd2)" ;;
   esac
+  node_registry_hosts "$root"
 
   install -m 0755 "$KUBELET" "$CRICTL" "$root/usr/local/bin/"
   printf 'runtime-endpoint: unix:///run/containerd/containerd.sock\nimage-endpoint: unix:///run/containerd/containerd.sock\ntimeout: 10\n' \
@@ -405,34 +467,13 @@ node_booted() { # name
 
 containerd_serving() { node_exec "$1" ctr version; }
 
-# import_images <name>: every image archive into the node's containerd (namespace k8s.io), and
-# the pause image also under the name of the node's sandbox image.
-import_images() {
-  local name="$1" f sandbox pause=""
-  [[ -n "$NODE_IMAGES" ]] || return 0
-  local inbox="$dir/nodes/$name/rootfs/var/lib/node-images"
-  mkdir -p "$inbox"
-  for f in "$NODE_IMAGES"/*.tar; do
-    cp "$f" "$inbox/"
-    node_exec "$name" ctr -n k8s.io images import "/var/lib/node-images/${f##*/}" >>"$dir/logs/node-$name-images.log" 2>&1 \
-      || die "importing ${f##*/} into $name failed"
-  done
-  rm -rf "$inbox"
-  [[ -f "$NODE_IMAGES/pause.ref" ]] && pause="$(cat "$NODE_IMAGES/pause.ref")"
-  sandbox="$(node_exec "$name" containerd config dump 2>/dev/null \
-    | sed -n -e 's/^ *sandbox_image = "\(.*\)"/\1/p' -e "s/^ *sandbox = ['\"]\(.*\)['\"]/\1/p" | head -n 1)"
-  if [[ -n "$pause" && -n "$sandbox" && "$sandbox" != "$pause" ]]; then
-    node_exec "$name" ctr -n k8s.io images tag --force "$pause" "$sandbox" >>"$dir/logs/node-$name-images.log" 2>&1 \
-      || die "tagging $pause as $sandbox on $name failed"
-  fi
-}
-
 node_ready() { # name
   "$KUBE_DIR/kubectl" --kubeconfig "$dir/shoot-admin.kubeconfig" get node "$1" \
     -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null | grep -qx True
 }
 
-# start_nodes: prepare and boot every node, import the images, and wait until each is Ready.
+# start_nodes: prepare and boot every node and wait until each is Ready (the kubelets pull the
+# pause image from the registry for their first pods).
 start_nodes() {
   local i name
   local flavours=(${NODE_FLAVOURS//,/ })
@@ -444,7 +485,6 @@ start_nodes() {
     name="$(node_name "$i")"
     wait_for "node $name to boot" 120 node_booted "$name"
     wait_for "containerd on $name" 60 containerd_serving "$name"
-    import_images "$name"
   done
   for ((i = 1; i <= NODE_COUNT; i++)); do
     name="$(node_name "$i")"

@@ -6,7 +6,7 @@
 #   hack/tools/build.sh            build everything
 #   hack/tools/build.sh --print    print the cache directory and exit
 #   hack/tools/build.sh kube etcd  build only some (kube etcd grm crds containerd helm containerd1
-#                                  crictl rootfs image-debs crun)
+#                                  crictl registry crane rootfs image-debs crun)
 #
 # A cold build takes tens of minutes on two cores; the Go build cache makes a rebuild fast. The
 # real nodes' root file system (mmdebstrap) and crun (from source) add a minute or two.
@@ -112,6 +112,24 @@ build_helm() {
     helm.sh/helm/v3/cmd/helm
 }
 
+# The registry of the test world (hack/control-plane.sh serves it over TLS next to the API
+# servers; the nodes' containerd pulls every test image from it) and the client that pushes the
+# images (hack/nodes/images.sh). crane, not a Rust crate: it is go-containerregistry's own
+# command line, the client behind ko and many Gardener tools, built from the same Go module
+# proxy as every other tool here, and it pushes an OCI image layout (index, manifests, blobs)
+# as it is, so the digests the builder computed are the digests in the registry.
+build_registry() {
+  build_into "$REGISTRY_DIR" registry \
+    "-s -w -X github.com/distribution/distribution/v3/version.version=$DISTRIBUTION_VERSION" \
+    github.com/distribution/distribution/v3/cmd/registry
+}
+
+build_crane() {
+  build_into "$CRANE_DIR" crane \
+    "-s -w -X github.com/google/go-containerregistry/cmd/crane/cmd.Version=$CRANE_VERSION" \
+    github.com/google/go-containerregistry/cmd/crane
+}
+
 # apt_install <package>...: Debian packages this machine needs, installed when missing. The
 # policy-rc.d keeps packages from starting daemons (containerd) on this machine.
 apt_install() {
@@ -195,7 +213,7 @@ build_image_debs() {
   log "unpacked $IMAGE_PACKAGES into $IMAGE_DEBS_DIR/root"
 }
 
-all=(kube etcd grm crds containerd helm containerd1 crictl rootfs image-debs crun)
+all=(kube etcd grm crds containerd helm containerd1 crictl registry crane rootfs image-debs crun)
 selected=("$@")
 [[ ${#selected[@]} -gt 0 ]] || selected=("${all[@]}")
 mkdir -p "$TOOLS_CACHE"
@@ -209,6 +227,8 @@ for t in "${selected[@]}"; do
     containerd) build_containerd ;;
     helm) build_helm ;;
     crictl) build_crictl ;;
+    registry) build_registry ;;
+    crane) build_crane ;;
     rootfs) build_rootfs ;;
     image-debs) build_image_debs ;;
     crun) build_crun ;;

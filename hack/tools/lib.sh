@@ -8,6 +8,8 @@ CRDS_DIR="$TOOLS_CACHE/gardener-crds-$GARDENER_VERSION"
 CONTAINERD_DIR="$TOOLS_CACHE/containerd-$CONTAINERD_VERSION"
 HELM_DIR="$TOOLS_CACHE/helm-$HELM_VERSION"
 CRICTL_DIR="$TOOLS_CACHE/crictl-$CRICTL_VERSION"
+REGISTRY_DIR="$TOOLS_CACHE/registry-$DISTRIBUTION_VERSION"
+CRANE_DIR="$TOOLS_CACHE/crane-$CRANE_VERSION"
 # Keyed by the Debian release and the package lists: a changed list builds anew.
 ROOTFS_DIR="$TOOLS_CACHE/node-rootfs-$NODE_DEBIAN_SUITE-$(printf '%s' "$NODE_PACKAGES" | sha256sum | cut -c1-12)"
 CRUN_DIR="$TOOLS_CACHE/crun-$CRUN_VERSION"

@@ -7,8 +7,9 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use gardener_extension_containerd_shim::gardener::runtime::{self, Manager, RuntimeOptions};
 use gardener_extension_containerd_shim::shim::controllers::{
-    self, CONTROLLERS, CatalogOptions, ControllerOptions, EXTENSION_NAME, SetupError,
+    self, CONTROLLERS, CatalogOptions, ControllerOptions, SetupError,
 };
+use gardener_extension_containerd_shim::shim::identity::EXTENSION_NAME;
 use gardener_extension_containerd_shim::shim::offline;
 
 /// Gardener extension controller that installs extra containerd runtimes (Spin, wasmtime,

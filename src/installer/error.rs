@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 
 use super::containerd::ConfigError;
+use super::download::DownloadError;
 use super::host::HostError;
-use super::payload::DownloadError;
 
 /// Why a converge run stopped.
 #[derive(Debug, thiserror::Error)]
@@ -108,6 +108,8 @@ pub enum InstallerError {
         restart: Box<RestartError>,
     },
 
+    /// Fault injection of crash tests (`Installer::kill_at`).
+    #[cfg(any(test, feature = "test-util"))]
     #[error("run interrupted at step {0} (fault injection)")]
     Interrupted(usize),
 }

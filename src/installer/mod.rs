@@ -18,6 +18,7 @@ pub mod containerd;
 pub mod converge;
 pub mod daemon;
 pub mod digest;
+pub mod download;
 pub mod error;
 pub mod host;
 pub mod node;

@@ -37,12 +37,8 @@ use crate::gardener::shoot_client::ShootClients;
 use crate::shim::bundle_kinds;
 use crate::shim::config::{self, Catalog, desired, images};
 pub use crate::shim::error::ShimError;
+use crate::shim::identity::{MANAGED_RESOURCE, ORIGIN};
 use crate::shim::render::{self, BundleInput};
-
-/// Name of the ManagedResource in the shoot namespace.
-pub const MANAGED_RESOURCE: &str = "extension-containerd-shim";
-/// The `origin` label of our ManagedResources (never `gardener`).
-pub const ORIGIN: &str = render::names::MANAGED_BY;
 
 /// Settings of the actuator.
 #[derive(Clone, Debug)]

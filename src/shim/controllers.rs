@@ -22,16 +22,13 @@ use crate::gardener::healthcheck::options::HealthCheckOptions;
 use crate::gardener::imagevector::{ImageVector, ImageVectorError};
 use crate::gardener::runtime::options::parse_duration;
 use crate::gardener::runtime::{Manager, RuntimeError};
-use crate::shim::actuator::{ActuatorSettings, MANAGED_RESOURCE, ORIGIN, ShimActuator};
+use crate::shim::actuator::{ActuatorSettings, ShimActuator};
 use crate::shim::config::catalog::CatalogError;
 use crate::shim::config::custom_policy::{CustomShimPolicy, PolicyError};
 use crate::shim::config::{Catalog, images};
 use crate::shim::health::VerifiedNodesCheck;
+use crate::shim::identity::{EVENT_REPORTER, EXTENSION_TYPE, MANAGED_RESOURCE, ORIGIN};
 
-/// The extension type, also the finalizer suffix.
-pub const EXTENSION_TYPE: &str = "containerd-shim";
-/// The extension's name: heartbeat holder and leader-election Lease prefix.
-pub const EXTENSION_NAME: &str = "containerd-shim";
 /// Controller names for `--controllers` / `--disable-controllers`.
 pub const EXTENSION_CONTROLLER: &str = "extension";
 pub const HEALTHCHECK_CONTROLLER: &str = "healthcheck";
@@ -43,8 +40,6 @@ pub const CONTROLLERS: &[&str] = &[
 ];
 /// The User-Agent component of the shared caches' watches.
 pub const CACHE_COMPONENT: &str = "cache";
-/// `reportingController` of the Events this extension records.
-pub const EVENT_REPORTER: &str = "gardener-extension-containerd-shim";
 /// The condition gardenlet aggregates into the Shoot's `SystemComponentsHealthy`.
 pub const SYSTEM_COMPONENTS_HEALTHY: &str = "SystemComponentsHealthy";
 

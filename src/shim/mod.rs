@@ -7,5 +7,6 @@ pub mod config;
 pub mod controllers;
 pub mod error;
 pub mod health;
+pub mod identity;
 pub mod offline;
 pub mod render;

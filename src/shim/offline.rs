@@ -16,7 +16,7 @@ use crate::gardener::extension::status::{descriptions, format_error_description}
 use crate::gardener::imagevector::ImageVector;
 use crate::shim::actuator::ShimError;
 use crate::shim::config::{self, Catalog, decode, desired, images};
-use crate::shim::controllers::EXTENSION_TYPE;
+use crate::shim::identity::EXTENSION_TYPE;
 use crate::shim::render::{self, BundleInput};
 
 /// `apiVersion` of Gardener's Extension and Cluster resources.

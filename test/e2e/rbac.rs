@@ -11,7 +11,7 @@ use std::path::Path;
 use gardener_extension_containerd_shim::gardener::api::{
     Cluster, ConditionStatus, Extension, ManagedResource, OperationState, OperationType,
 };
-use gardener_extension_containerd_shim::shim::actuator::MANAGED_RESOURCE;
+use gardener_extension_containerd_shim::shim::identity::MANAGED_RESOURCE;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };

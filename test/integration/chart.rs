@@ -457,7 +457,7 @@ fn catalog_overlay_as_a_map_and_disabled_controllers_reach_the_binary() {
     let values = values_file(
         &dir,
         "values.yaml",
-        "shimCatalog:\n  shims:\n    wamr: null\n    spin:\n      defaultVersion: v0.24.0\n\
+        "shimCatalog:\n  shims:\n    wasmtime: null\n    spin:\n      defaultVersion: v0.24.0\n\
          disableControllers: [healthcheck]\nvpa:\n  enabled: false\n\
          customShims:\n  allowed: false\n  downloadHosts: [github.com, '*.example.com']\n  imageRegistries: [ghcr.io/example]\n\
          image:\n  repository: registry.example.com/ext\n  tag: sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\n",
@@ -486,7 +486,7 @@ fn catalog_overlay_as_a_map_and_disabled_controllers_reach_the_binary() {
         "registry.example.com/ext@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
     );
     let catalog = rendered_catalog(&objects);
-    assert!(catalog.get("wamr").is_none());
+    assert!(catalog.get("wasmtime").is_none());
 }
 
 #[test]

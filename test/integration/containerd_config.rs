@@ -109,7 +109,7 @@ fn validate_golden(tree: &Path, validation: &Validation, as_major: u64) -> Resul
     }
     let config = under(root.path(), &validation.config);
     let output = dump(&binary, &config);
-    let containerd = if as_major == validation.containerd.major {
+    let containerd = if as_major == validation.containerd.major() {
         validation.containerd
     } else {
         ContainerdVersion::new(as_major, 0, 0)
@@ -148,10 +148,10 @@ fn golden_corpus_passes_containerd_config_dump() {
             };
             let validation: Validation = serde_json::from_str(&text).unwrap();
             let tree = scenario.join(format!("after-{phase}"));
-            let mut majors = vec![validation.containerd.major];
+            let mut majors = vec![validation.containerd.major()];
             // containerd 2.x reads the v1/v2 configs planned for 1.x too, migrating them: our
             // runtimes must then appear under io.containerd.cri.v1.runtime.
-            if validation.containerd.major == 1 {
+            if validation.containerd.major() == 1 {
                 majors.push(2);
             }
             for major in majors {

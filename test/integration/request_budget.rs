@@ -15,11 +15,10 @@ use gardener_extension_containerd_shim::gardener::cache::SharedCaches;
 use gardener_extension_containerd_shim::gardener::healthcheck::{
     self, HealthCheckConfig, ManagedResourceCheck,
 };
-use gardener_extension_containerd_shim::shim::actuator::{
-    ActuatorSettings, MANAGED_RESOURCE, ORIGIN, ShimActuator,
-};
+use gardener_extension_containerd_shim::shim::actuator::{ActuatorSettings, ShimActuator};
 use gardener_extension_containerd_shim::shim::config::{Catalog, images};
 use gardener_extension_containerd_shim::shim::health::VerifiedNodesCheck;
+use gardener_extension_containerd_shim::shim::identity::{MANAGED_RESOURCE, ORIGIN};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,

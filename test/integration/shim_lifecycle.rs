@@ -13,10 +13,9 @@ use gardener_extension_containerd_shim::gardener::api::{
     Cluster, ErrorCode, Extension, ManagedResource, OperationState, OperationType,
 };
 use gardener_extension_containerd_shim::gardener::managed_resource;
-use gardener_extension_containerd_shim::shim::actuator::{
-    ActuatorSettings, MANAGED_RESOURCE, ORIGIN, ShimActuator,
-};
+use gardener_extension_containerd_shim::shim::actuator::{ActuatorSettings, ShimActuator};
 use gardener_extension_containerd_shim::shim::config::{Catalog, images};
+use gardener_extension_containerd_shim::shim::identity::{MANAGED_RESOURCE, ORIGIN};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::node::v1::RuntimeClass;

@@ -15,7 +15,8 @@ use gardener_extension_containerd_shim::gardener::api::{
     Extension, ManagedResource, OperationState, OperationType,
 };
 use gardener_extension_containerd_shim::gardener::managed_resource;
-use gardener_extension_containerd_shim::shim::actuator::{ActuatorSettings, MANAGED_RESOURCE};
+use gardener_extension_containerd_shim::shim::actuator::ActuatorSettings;
+use gardener_extension_containerd_shim::shim::identity::MANAGED_RESOURCE;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::node::v1::RuntimeClass;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
@@ -129,12 +130,12 @@ fn before() -> serde_json::Value {
     config(json!([{"name": "spin"}]))
 }
 
-/// Every catalog shim after it: the resource manager's pass that creates seven RuntimeClasses
+/// Every catalog shim after it: the resource manager's pass that creates four RuntimeClasses
 /// is the pass the removal meets.
 fn after() -> serde_json::Value {
     config(json!([
-        {"name": "spin"}, {"name": "crun"}, {"name": "wasmtime"}, {"name": "wasmedge"},
-        {"name": "wasmer"}, {"name": "wamr"}, {"name": "gvisor"}, {"name": "kata-qemu"}
+        {"name": "spin"}, {"name": "crun"}, {"name": "wasmtime"}, {"name": "gvisor"},
+        {"name": "kata-qemu"}
     ]))
 }
 
@@ -420,7 +421,7 @@ async fn a_removal_waits_for_the_resource_manager_but_not_forever() {
     // Adding removes nothing: it is written at once.
     let ts = f
         .set_config(config(
-            json!([{"name": "spin"}, {"name": "wasmtime"}, {"name": "wasmedge"}]),
+            json!([{"name": "spin"}, {"name": "wasmtime"}, {"name": "gvisor"}]),
         ))
         .await;
     f.ready_now(Some(&ts)).await;
@@ -430,7 +431,7 @@ async fn a_removal_waits_for_the_resource_manager_but_not_forever() {
     f.ready_now(Some(&ts)).await;
     let waited = descriptions(&hist.versions()).into_iter().find(|d| {
         d.starts_with(
-            "Waiting before removing RuntimeClass wasmedge, RuntimeClass wasmtime from the shoot: gardener-resource-manager has not applied generation",
+            "Waiting before removing RuntimeClass gvisor, RuntimeClass wasmtime from the shoot: gardener-resource-manager has not applied generation",
         )
     });
     assert!(

@@ -15,6 +15,7 @@ mod support;
 
 mod disruption;
 mod install;
+mod registry;
 mod removal;
 mod rollout;
 mod scenario;

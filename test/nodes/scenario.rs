@@ -216,8 +216,9 @@ impl Scenario {
             "runtimeClassName": runtime_class,
             // The API server's default, written out so that create_pod keeps it.
             "restartPolicy": "Always",
+            // No pull policy: the default for a digest reference (IfNotPresent) pulls from the
+            // registry once per node.
             "containers": [{"name": "main", "image": self.nodes.image("WORKLOAD_IMAGE"),
-                            "imagePullPolicy": "IfNotPresent",
                             "command": ["sh", "-c", script]}]
         });
         let name = self

@@ -1,12 +1,13 @@
-//! WebAssembly for real: a Wasm shim (built on runwasi's library with Wasmtime, test/wasm/shim)
-//! installed through the extension on both containerd versions runs WASI modules in pods,
-//! while ordinary pods on the same nodes keep running; removing it leaves the nodes as they
-//! were. The shim is the catalog's `wasmtime` entry in a version the operator added through the
-//! catalog overlay (hack/nodes/images.sh writes it).
+//! WebAssembly for real: the catalog's `wasmtime` shim (our shim on runwasi's library with
+//! Wasmtime, hack/images/payloads/wasm) installed through the extension on both containerd
+//! versions runs WASI modules in pods, while ordinary pods on the same nodes keep running;
+//! removing it leaves the nodes as they were. The payload is the catalog's own version, its
+//! image built from source by hack/nodes/wasm-images.sh (the image-vector overwrite of
+//! hack/nodes/images.sh points the catalog's image name at that build).
 
 use serde_json::json;
 
-use crate::scenario::{NODE_TIMEOUT, Scenario, assert_clean};
+use crate::scenario::{NODE_TIMEOUT, STATE_DIR, Scenario, assert_clean};
 use crate::support::poll;
 use crate::support::process::http_get_at;
 
@@ -31,6 +32,21 @@ async fn wasm_modules_run_under_the_installed_shim_on_both_containerd_versions()
     s.apply(json!([{"name": "wasmtime"}])).await;
     s.wait_rolled_out().await;
     s.wait_verified_everywhere("wasmtime").await;
+
+    // The catalog's default version is the payload built from source: its binary on each node
+    // says so.
+    let version = s.nodes.image("WASMTIME_PAYLOAD_VERSION").to_string();
+    for node in &s.nodes.nodes {
+        let shown = node.run(&[
+            &format!("{STATE_DIR}/current/wasmtime/bin/containerd-shim-wasmtime-v1"),
+            "-v",
+        ]);
+        assert!(
+            shown.contains(&format!("Version: {version}")),
+            "{}: {shown}",
+            node.name
+        );
+    }
 
     let port: u16 = s
         .nodes
@@ -70,6 +86,18 @@ async fn wasm_modules_run_under_the_installed_shim_on_both_containerd_versions()
         .await;
         assert_eq!(status, 200, "{body}");
         assert!(body.contains(HTTP_BODY), "{}: {body:?}", node.name);
+
+        // The shim ran it: the container is in the shim's own container state (youki's root,
+        // named after the shim; under the node's /run, so looked at from inside the node), not
+        // in runc's.
+        let id = s.container_id(&http).await;
+        let state = format!("/run/containerd/wasmtime/k8s.io/{id}");
+        assert!(
+            node.exec(&["test", "-d", &state]).status.success(),
+            "{}: {state} is missing: the wasmtime shim did not run {id}",
+            node.name
+        );
+        assert!(!node.oci_containers("runc").contains(&id), "{}", node.name);
     }
 
     // The ordinary pods ran on throughout, under runc.

@@ -6,7 +6,7 @@ use gardener_extension_containerd_shim::gardener::api::{
     ConditionStatus, Extension, ManagedResource,
 };
 use gardener_extension_containerd_shim::gardener::managed_resource;
-use gardener_extension_containerd_shim::shim::actuator::ORIGIN;
+use gardener_extension_containerd_shim::shim::identity::ORIGIN;
 use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };

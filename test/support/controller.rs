@@ -47,7 +47,7 @@ pub async fn start<A: Actuator>(
     let caches = SharedCaches::spawn_in(
         &client,
         // The shim actuator reads its ManagedResource from this cache, as in production.
-        gardener_extension_containerd_shim::shim::actuator::ORIGIN,
+        gardener_extension_containerd_shim::shim::identity::ORIGIN,
         Some(&config.extension_type),
         config.namespace.as_deref(),
     );

@@ -75,7 +75,7 @@ pub fn containerd(major: u64) -> PathBuf {
     let version = ContainerdVersion::parse(&String::from_utf8_lossy(&output.stdout))
         .unwrap_or_else(|err| panic!("{}: {err}", path.display()));
     assert_eq!(
-        version.major,
+        version.major(),
         major,
         "{} is containerd {version}",
         path.display()

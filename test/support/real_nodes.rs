@@ -2,7 +2,8 @@
 //! systemd, containerd and a kubelet, joined to the shoot. Tests look at them through the API
 //! and on the node itself: its files (the machine's root file system is a directory here),
 //! commands run inside it (`nsenter` into the machine's namespaces), its journal and the OCI
-//! runtimes' own state.
+//! runtimes' own state. Every image a node runs comes from the control plane's registry
+//! ([`Registry`]), named by digest.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -24,8 +25,94 @@ pub struct RealNodes {
     pub pool: String,
     /// The image references of `hack/nodes/images.sh` (`INSTALLER_IMAGE`, `WORKLOAD_IMAGE`, ...).
     pub images: BTreeMap<String, String>,
-    /// The directory with the image archives and the image-vector overwrite.
+    /// The directory with the images (OCI layouts) and the image-vector overwrite.
     pub images_dir: PathBuf,
+    /// The registry the nodes pull from.
+    pub registry: Registry,
+}
+
+/// The control plane's OCI registry, which every node pulls its images from. Tests stop and
+/// start it through the launcher (`hack/control-plane.sh stop-registry` / `start-registry`).
+#[derive(Clone, Debug)]
+pub struct Registry {
+    /// `host:port`, as image references name it.
+    pub address: String,
+    dir: PathBuf,
+}
+
+/// The registry stopped; dropping it (also when the test fails) starts the registry again, so
+/// that the tests after this one find it serving.
+#[must_use = "the registry starts again when the outage is dropped"]
+pub struct Outage {
+    registry: Registry,
+    ended: bool,
+}
+
+impl Registry {
+    fn launcher(&self, subcommand: &str) -> Output {
+        let launcher = concat!(env!("CARGO_MANIFEST_DIR"), "/hack/control-plane.sh");
+        Command::new(launcher)
+            .args([subcommand, "--dir"])
+            .arg(&self.dir)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {launcher}: {e}"))
+    }
+
+    /// Stops the registry process (its storage stays).
+    pub fn stop(&self) -> Outage {
+        let output = self.launcher("stop-registry");
+        assert!(
+            output.status.success(),
+            "stop-registry failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        Outage {
+            registry: self.clone(),
+            ended: false,
+        }
+    }
+
+    /// What the registry logged so far (its access log included), across restarts.
+    pub fn log(&self) -> String {
+        let file = self.dir.join("logs").join("registry.log");
+        std::fs::read_to_string(&file)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", file.display()))
+    }
+
+    /// The repository (path in the registry) of a reference into this registry.
+    pub fn repository<'a>(&self, reference: &'a str) -> &'a str {
+        let path = reference
+            .strip_prefix(&format!("{}/", self.address))
+            .unwrap_or_else(|| panic!("{reference} is not in the registry {}", self.address));
+        path.split(['@', ':']).next().unwrap_or(path)
+    }
+}
+
+impl Outage {
+    /// Starts the registry again and waits until it serves.
+    pub fn end(mut self) {
+        self.ended = true;
+        let output = self.registry.launcher("start-registry");
+        assert!(
+            output.status.success(),
+            "start-registry failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
+impl Drop for Outage {
+    fn drop(&mut self) {
+        if !self.ended {
+            let output = self.registry.launcher("start-registry");
+            if !output.status.success() {
+                eprintln!(
+                    "starting the registry again failed: {}",
+                    String::from_utf8_lossy(&output.stderr)
+                );
+            }
+        }
+    }
 }
 
 /// One node: a machine of the control plane.
@@ -54,12 +141,22 @@ impl RealNodes {
         );
         let images_dir = PathBuf::from(vars.get("NODE_IMAGES").copied().unwrap_or_default());
         let images_env = images_dir.join("images.env");
-        let images = std::fs::read_to_string(&images_env)
+        let images: BTreeMap<String, String> = std::fs::read_to_string(&images_env)
             .unwrap_or_else(|e| panic!("cannot read {}: {e}; {NODES_HINT}", images_env.display()))
             .lines()
             .filter_map(|l| l.split_once('='))
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
+        let address = vars
+            .get("REGISTRY")
+            .unwrap_or_else(|| panic!("{} names no REGISTRY; {NODES_HINT}", file.display()))
+            .to_string();
+        assert_eq!(
+            images.get("REGISTRY"),
+            Some(&address),
+            "the images in {} were built for another registry; {NODES_HINT}",
+            images_dir.display()
+        );
         RealNodes {
             nodes: names
                 .iter()
@@ -71,6 +168,10 @@ impl RealNodes {
             pool: vars.get("NODE_POOL").unwrap_or(&"worker-a").to_string(),
             images,
             images_dir,
+            registry: Registry {
+                address,
+                dir: env.dir.clone(),
+            },
         }
     }
 
@@ -261,6 +362,27 @@ impl RealNode {
             "-q",
         ]);
         text.split_whitespace().map(str::to_string).collect()
+    }
+
+    /// Whether containerd's CRI image store has this image (a digest reference names exactly
+    /// one).
+    pub fn has_image(&self, reference: &str) -> bool {
+        self.exec(&["crictl", "inspecti", "-q", reference])
+            .status
+            .success()
+    }
+
+    /// Removes an image from containerd's CRI image store, so that the next pod needing it
+    /// pulls it.
+    pub fn remove_image(&self, reference: &str) {
+        if self.has_image(reference) {
+            self.run(&["crictl", "rmi", reference]);
+        }
+        assert!(
+            !self.has_image(reference),
+            "{}: {reference} is still there",
+            self.name
+        );
     }
 
     /// The containerd config files as they are now: every file below /etc/containerd.

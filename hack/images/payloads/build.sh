@@ -14,13 +14,10 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../../.." && pwd)"
 
 # Catalog entry -> image-vector name (the `image` of the entry's version in
-# src/shim/config/catalog.yaml; a unit test keeps the two in step).
+# src/shim/config/catalog.yaml; a unit test keeps the two in step). The Wasm shims' payloads
+# are built from source by hack/nodes/wasm-images.sh instead (hack/images/payloads/wasm).
 declare -A image_of=(
   [crun]=containerd-shim-crun
-  [wasmtime]=containerd-shim-wasmtime
-  [wasmedge]=containerd-shim-wasmedge
-  [wasmer]=containerd-shim-wasmer
-  [wamr]=containerd-shim-wamr
   [gvisor]=containerd-shim-gvisor
   [kata-qemu]=containerd-shim-kata
 )
@@ -40,7 +37,7 @@ for arg in "$@"; do
       ;;
   esac
 done
-((${#entries[@]})) || entries=(crun wasmtime wasmedge wasmer wamr gvisor kata-qemu)
+((${#entries[@]})) || entries=(crun gvisor kata-qemu)
 command -v docker >/dev/null || { echo "docker (with buildx) is required to build images" >&2; exit 1; }
 
 # A field of an image-vector entry: the value of `<field>:` after `- name: <name>`, unquoted.

@@ -1,4 +1,8 @@
-//! The version of the containerd binary on the node, from `containerd --version`.
+//! The version of the containerd binary on the node, from `containerd --version`, and every
+//! rule that depends on it. The release numbers are private: the engine asks a
+//! [`ContainerdVersion`] what its release does (merge imports, pass shim options, ...) and never
+//! compares numbers itself, so supporting a new release means reading and extending this file
+//! (docs/development.md, "Supporting a new containerd release or config version").
 
 use std::fmt;
 
@@ -10,9 +14,9 @@ use super::error::ConfigError;
 /// A containerd release, as far as config handling depends on it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ContainerdVersion {
-    pub major: u64,
-    pub minor: u64,
-    pub patch: u64,
+    major: u64,
+    minor: u64,
+    patch: u64,
 }
 
 impl ContainerdVersion {
@@ -38,10 +42,55 @@ impl ContainerdVersion {
             })
     }
 
+    /// The major release, for naming and for tests that pick fixtures by it. Decisions go through
+    /// the capabilities below; the repository checks keep the library from comparing it.
+    pub fn major(self) -> u64 {
+        self.major
+    }
+
+    fn at_least(self, major: u64, minor: u64, patch: u64) -> bool {
+        (self.major, self.minor, self.patch) >= (major, minor, patch)
+    }
+
     /// Whether imported files are deep-merged (2.0+). containerd 1.x replaces a whole plugin table
     /// from an import, so a drop-in holding only our runtime would wipe the CRI settings.
     pub fn merges_imports(self) -> bool {
-        self.major >= 2
+        self.at_least(2, 0, 0)
+    }
+
+    /// Whether the runtimes containerd provides implicitly (`runc`) survive a file that defines
+    /// another runtime (2.0+ merges runtimes into its defaults). containerd 1.x fills in `runc`
+    /// only while no file defines a `runtimes` table, so an edit must write them out.
+    pub fn keeps_implicit_runtimes(self) -> bool {
+        self.at_least(2, 0, 0)
+    }
+
+    /// Whether a glob in `imports` is resolved against the importing file's directory (2.0+);
+    /// containerd 1.x resolves a relative glob against `/`.
+    pub fn resolves_import_globs_from_the_file(self) -> bool {
+        self.at_least(2, 0, 0)
+    }
+
+    /// The layout `containerd config dump` prints, whatever version the input files declared:
+    /// 1.x prints version 2, 2.x its split CRI plugins (version 3's paths).
+    pub fn dump_layout(self) -> ConfigVersion {
+        if self.at_least(2, 0, 0) {
+            ConfigVersion::V3
+        } else {
+            ConfigVersion::V2
+        }
+    }
+
+    /// Whether the CRI plugin honours a runtime's `runtime_path` (1.6.21+). Before, it is
+    /// ignored and the shim's path must be the `runtime_type` itself.
+    pub fn honours_runtime_path(self) -> bool {
+        self.at_least(1, 6, 21)
+    }
+
+    /// Whether a shim other than runc receives its whole `options` table (1.7+). containerd 1.6
+    /// decodes the table of such a shim into `TypeUrl` and `ConfigPath` only and drops the rest.
+    pub fn passes_all_shim_options(self) -> bool {
+        self.at_least(1, 7, 0)
     }
 
     /// The config version `containerd config default` of this release writes; used for a config
@@ -147,18 +196,66 @@ mod tests {
         }
     }
 
+    /// Every capability at the releases where it changes, on both sides of each boundary: the
+    /// one table to extend for a new release.
     #[test]
-    fn config_behaviour_by_release() {
-        let v = ContainerdVersion::new;
-        assert!(!v(1, 7, 27).merges_imports());
-        assert!(v(2, 0, 0).merges_imports());
-        assert_eq!(v(1, 6, 20).default_config_version(), ConfigVersion::V2);
-        assert_eq!(v(2, 2, 1).default_config_version(), ConfigVersion::V3);
-        assert_eq!(v(2, 3, 7).default_config_version(), ConfigVersion::V4);
-        assert!(v(1, 6, 0).ensure_supported().is_ok());
-        assert!(v(2, 3, 0).ensure_supported().is_ok());
-        let err = v(3, 0, 0).ensure_supported().unwrap_err();
+    fn capabilities_by_release() {
+        use ConfigVersion::{V2, V3, V4};
+        // release, merges imports, keeps implicit runtimes, globs from the file, dump layout,
+        // honours runtime_path, passes all shim options, default config version
+        type Row = (
+            (u64, u64, u64),
+            bool,
+            bool,
+            bool,
+            ConfigVersion,
+            bool,
+            bool,
+            ConfigVersion,
+        );
+        #[rustfmt::skip]
+        let table: &[Row] = &[
+            ((1, 6, 0),  false, false, false, V2, false, false, V2),
+            ((1, 6, 20), false, false, false, V2, false, false, V2),
+            ((1, 6, 21), false, false, false, V2, true,  false, V2),
+            ((1, 7, 0),  false, false, false, V2, true,  true,  V2),
+            ((1, 7, 27), false, false, false, V2, true,  true,  V2),
+            ((2, 0, 0),  true,  true,  true,  V3, true,  true,  V3),
+            ((2, 2, 9),  true,  true,  true,  V3, true,  true,  V3),
+            ((2, 3, 0),  true,  true,  true,  V3, true,  true,  V4),
+            ((2, 3, 7),  true,  true,  true,  V3, true,  true,  V4),
+        ];
+        for &((major, minor, patch), merges, keeps, globs, dump, path, options, default) in table {
+            let c = ContainerdVersion::new(major, minor, patch);
+            assert!(c.ensure_supported().is_ok(), "{c}");
+            assert_eq!(c.merges_imports(), merges, "{c}: merges_imports");
+            assert_eq!(
+                c.keeps_implicit_runtimes(),
+                keeps,
+                "{c}: keeps_implicit_runtimes"
+            );
+            assert_eq!(
+                c.resolves_import_globs_from_the_file(),
+                globs,
+                "{c}: resolves_import_globs_from_the_file"
+            );
+            assert_eq!(c.dump_layout(), dump, "{c}: dump_layout");
+            assert_eq!(c.honours_runtime_path(), path, "{c}: honours_runtime_path");
+            assert_eq!(
+                c.passes_all_shim_options(),
+                options,
+                "{c}: passes_all_shim_options"
+            );
+            assert_eq!(
+                c.default_config_version(),
+                default,
+                "{c}: default_config_version"
+            );
+        }
+        let err = ContainerdVersion::new(3, 0, 0)
+            .ensure_supported()
+            .unwrap_err();
         assert!(err.to_string().contains("v3.0.0"), "{err}");
-        assert!(v(0, 9, 0).ensure_supported().is_err());
+        assert!(ContainerdVersion::new(0, 9, 0).ensure_supported().is_err());
     }
 }

@@ -124,13 +124,7 @@ pub fn check_dump(
                 config: config.to_path_buf(),
                 message: err.to_string(),
             })?;
-    // A dump is always in the daemon's own latest layout: 1.x prints version 2, 2.x prints its
-    // split CRI plugins, whatever version the input files declared.
-    let layout = if containerd.major >= 2 {
-        ConfigVersion::V3
-    } else {
-        ConfigVersion::V2
-    };
+    let layout = containerd.dump_layout();
     ensure_present(config, &doc, layout, present)?;
     for gone in absent {
         let key = layout.runtime_table(&gone.handler);

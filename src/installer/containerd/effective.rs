@@ -62,7 +62,7 @@ impl EffectiveConfig {
                 })?;
         Ok(EffectiveConfig {
             doc,
-            layout: dump_layout(containerd),
+            layout: containerd.dump_layout(),
         })
     }
 
@@ -202,16 +202,6 @@ pub fn ensure_only_ours_changed(
         config: config.to_path_buf(),
         changes: listed,
     })
-}
-
-/// A dump is always in the daemon's own latest layout: 1.x prints version 2, 2.x its split CRI
-/// plugins, whatever version the input files declared.
-pub(crate) fn dump_layout(containerd: ContainerdVersion) -> ConfigVersion {
-    if containerd.major >= 2 {
-        ConfigVersion::V3
-    } else {
-        ConfigVersion::V2
-    }
 }
 
 fn flatten_table(table: &Table, here: &KeyPath, out: &mut BTreeMap<String, String>) {

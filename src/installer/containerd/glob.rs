@@ -235,7 +235,7 @@ fn escaped(chunk: &[char]) -> Option<(char, &[char])> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::installer::containerd::host::MemoryHost;
+    use crate::installer::containerd::MemoryHost;
 
     #[test]
     fn matches_like_go() {

@@ -4,7 +4,6 @@
 //! Every path it deals in is a *host* path (as containerd sees it, `/etc/containerd/...`), even
 //! when the installer runs in a container that mounts the host's root elsewhere.
 
-use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -103,49 +102,10 @@ impl HostFs for HostRoot {
     }
 }
 
-/// An in-memory host for tests and dry runs: files by host path; a directory exists when a file
-/// lies below it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct MemoryHost {
-    pub files: BTreeMap<PathBuf, String>,
-}
-
-impl MemoryHost {
-    pub fn new() -> Self {
-        MemoryHost::default()
-    }
-
-    /// Adds or replaces a file.
-    pub fn with(mut self, path: impl Into<PathBuf>, text: impl Into<String>) -> Self {
-        self.files.insert(path.into(), text.into());
-        self
-    }
-}
-
-impl HostFs for MemoryHost {
-    fn read(&self, path: &Path) -> io::Result<Option<String>> {
-        Ok(self.files.get(path).cloned())
-    }
-
-    fn exists(&self, path: &Path) -> io::Result<bool> {
-        Ok(self.files.keys().any(|file| file.starts_with(path)))
-    }
-
-    fn entries(&self, dir: &Path) -> io::Result<Vec<String>> {
-        let names: std::collections::BTreeSet<String> = self
-            .files
-            .keys()
-            .filter_map(|file| file.strip_prefix(dir).ok())
-            .filter_map(|rest| rest.components().next())
-            .map(|first| first.as_os_str().to_string_lossy().into_owned())
-            .collect();
-        Ok(names.into_iter().collect())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::installer::containerd::MemoryHost;
 
     #[test]
     fn memory_host_knows_files_and_their_directories() {

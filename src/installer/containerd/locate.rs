@@ -136,7 +136,7 @@ fn plain_target(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::installer::containerd::host::MemoryHost;
+    use crate::installer::containerd::MemoryHost;
 
     const V1_7: ContainerdVersion = ContainerdVersion::new(1, 7, 27);
     const V2_2: ContainerdVersion = ContainerdVersion::new(2, 2, 0);
@@ -202,7 +202,7 @@ mod tests {
         ] {
             let target = locate_in(&host, containerd);
             assert_eq!(target.version, version);
-            let expected = if containerd.major == 1 {
+            let expected = if !containerd.merges_imports() {
                 WriteStrategy::InPlace {
                     file: DEFAULT_CONFIG.into(),
                 }

@@ -47,6 +47,8 @@ mod host;
 mod imports;
 mod key_path;
 mod locate;
+#[cfg(any(test, feature = "test-util"))]
+mod memory_host;
 mod ownership;
 mod plan;
 mod runtime;
@@ -72,10 +74,12 @@ pub use daemon_version::ContainerdVersion;
 pub use dump::{DumpOutput, ExpectedRuntime, check_dump, dump_command};
 pub use effective::{EffectiveConfig, KeptRuntime, Ours, differences, ensure_only_ours_changed};
 pub use error::ConfigError;
-pub use host::{HostFs, HostRoot, MemoryHost};
+pub use host::{HostFs, HostRoot};
 pub use imports::DROP_IN_NAME;
 pub use key_path::KeyPath;
 pub use locate::{DEFAULT_CONFIG, Distro, Target, WriteStrategy, locate};
+#[cfg(any(test, feature = "test-util"))]
+pub use memory_host::MemoryHost;
 pub use ownership::{FileRole, KeptHandler, OwnedFile, OwnedHandler, Ownership};
 pub use plan::{
     BACKUP_SUFFIX, BASELINE_SUFFIX, Backup, FileDelete, FileWrite, Plan, SCRATCH_SUFFIX,

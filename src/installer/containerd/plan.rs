@@ -28,7 +28,7 @@ use super::file_editors::{
     FileOutcome, edit_config, generate_drop_in, prefer_original, remember_original, remove_from,
     same_document,
 };
-use super::host::{HostFs, MemoryHost, exists_host, read_host};
+use super::host::{HostFs, exists_host, read_host};
 use super::locate::{Target, WriteStrategy};
 use super::ownership::{FileRole, OwnedFile, Ownership};
 use super::runtime::{RuntimeEntry, validate_set};
@@ -91,25 +91,6 @@ pub struct Plan {
     pub ownership: Ownership,
     /// Whether containerd's effective config changes, i.e. whether containerd must restart.
     pub changed: bool,
-}
-
-// Lives with the plan rather than the host so that the host abstraction knows nothing of
-// plans and the planner's modules can test against an in-memory host without a cycle.
-impl MemoryHost {
-    /// Applies a plan as the installer would: backups, writes, deletes. The validation scratch
-    /// file is not written; it is transient.
-    pub fn apply(&mut self, plan: &Plan) {
-        for backup in &plan.backups {
-            self.files
-                .insert(backup.destination.clone(), backup.content.clone());
-        }
-        for write in &plan.writes {
-            self.files.insert(write.path.clone(), write.content.clone());
-        }
-        for delete in &plan.deletes {
-            self.files.remove(&delete.path);
-        }
-    }
 }
 
 /// Plans installing exactly `runtimes` (an empty list removes all of ours) at `target`, given

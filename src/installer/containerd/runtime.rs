@@ -147,9 +147,8 @@ impl RuntimeEntry {
     /// the shim's path is written as its `runtime_type`.
     pub fn for_containerd(mut self, containerd: ContainerdVersion) -> RuntimeEntry {
         let passes_everything = self.runtime_type.starts_with("io.containerd.runc.")
-            || (containerd.major, containerd.minor) >= (1, 7);
-        let version = (containerd.major, containerd.minor, containerd.patch);
-        if self.managed_key == ManagedKey::RuntimePath && version < (1, 6, 21) {
+            || containerd.passes_all_shim_options();
+        if self.managed_key == ManagedKey::RuntimePath && !containerd.honours_runtime_path() {
             self.runtime_type = self.runtime_path.clone();
             self.managed_key = ManagedKey::RuntimeType;
         }

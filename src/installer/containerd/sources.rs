@@ -64,11 +64,12 @@ pub(crate) fn files_read(
         let doc = parse_toml(&path, &text)?;
         let dir = path.parent().unwrap_or(Path::new("/")).to_path_buf();
         for entry in imports_of(&path, &doc)? {
-            let relative_to = if is_glob(&entry) && containerd.major < 2 {
-                Path::new("/")
-            } else {
-                dir.as_path()
-            };
+            let relative_to =
+                if is_glob(&entry) && !containerd.resolves_import_globs_from_the_file() {
+                    Path::new("/")
+                } else {
+                    dir.as_path()
+                };
             let resolved = resolve(relative_to, &entry);
             let found = if is_glob(&entry) {
                 expand(host, &resolved)?
@@ -197,7 +198,7 @@ fn table_like_at<'d>(doc: &'d DocumentMut, path: &KeyPath) -> Option<&'d dyn tom
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::installer::containerd::host::MemoryHost;
+    use crate::installer::containerd::MemoryHost;
 
     const C1: ContainerdVersion = ContainerdVersion::new(1, 7, 27);
     const C2: ContainerdVersion = ContainerdVersion::new(2, 3, 7);

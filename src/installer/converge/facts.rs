@@ -113,7 +113,7 @@ impl<C: Cluster> Installer<C> {
         } else {
             let target = locate(host, containerd, self.settings.config_override.as_deref())?;
             let plan = plan_install(host, &target, runtimes, &state.ownership)?;
-            if plan.changed && containerd.major < 2 {
+            if plan.changed && !containerd.keeps_implicit_runtimes() {
                 // containerd 1.x drops runtimes it provides implicitly once a file defines
                 // one: the plan keeps them, from the effective configuration as it is now.
                 let baseline = self.baseline(&plan)?;

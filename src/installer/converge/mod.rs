@@ -88,7 +88,10 @@ pub struct Installer<C: Cluster> {
     settings: Settings,
     downloader: Option<Downloader>,
     digests: DigestCache,
+    /// Fault injection for crash tests ([`Installer::kill_at`]).
+    #[cfg(any(test, feature = "test-util"))]
     kill_at: Option<usize>,
+    #[cfg(any(test, feature = "test-util"))]
     checkpoints: usize,
 }
 
@@ -105,7 +108,9 @@ impl<C: Cluster> Installer<C> {
             settings,
             downloader,
             digests: DigestCache::default(),
+            #[cfg(any(test, feature = "test-util"))]
             kill_at: None,
+            #[cfg(any(test, feature = "test-util"))]
             checkpoints: 0,
         }
     }
@@ -120,16 +125,20 @@ impl<C: Cluster> Installer<C> {
 
     /// Fault injection for crash tests: the next run stops with [`InstallerError::Interrupted`]
     /// at its `n`-th checkpoint (0-based), as if the process had been killed there.
+    #[cfg(any(test, feature = "test-util"))]
     pub fn kill_at(&mut self, checkpoint: Option<usize>) {
         self.kill_at = checkpoint;
     }
 
-    /// Marks a point between two changes of the node.
+    /// Marks a point between two changes of the node: where a crash test may stop the run.
     fn checkpoint(&mut self) -> Result<(), InstallerError> {
-        let current = self.checkpoints;
-        self.checkpoints += 1;
-        if self.kill_at == Some(current) {
-            return Err(InstallerError::Interrupted(current));
+        #[cfg(any(test, feature = "test-util"))]
+        {
+            let current = self.checkpoints;
+            self.checkpoints += 1;
+            if self.kill_at == Some(current) {
+                return Err(InstallerError::Interrupted(current));
+            }
         }
         Ok(())
     }
@@ -166,7 +175,10 @@ impl<C: Cluster> Installer<C> {
 
     /// Converges the node to `desired`.
     pub async fn run(&mut self, desired: &DesiredShims) -> Result<Outcome, InstallerError> {
-        self.checkpoints = 0;
+        #[cfg(any(test, feature = "test-util"))]
+        {
+            self.checkpoints = 0;
+        }
         let loaded = State::load(&*self.host, &self.state_path())?;
         let labels = self.cluster.node_labels().await?;
         let selection = Selection::new(desired, &labels)?;

@@ -25,6 +25,7 @@ impl<C: Cluster> Installer<C> {
         let result = self.restart_holding_slot(run).await;
         match result {
             // A crash keeps the slot until its lease expires; only a finished run releases it.
+            #[cfg(any(test, feature = "test-util"))]
             Err(InstallerError::Interrupted(at)) => Err(InstallerError::Interrupted(at)),
             other => {
                 self.cluster.release_restart_slot(slot).await?;

@@ -4,9 +4,10 @@
 //! supertrait, so the engine plans against the same host the installer changes.
 //!
 //! Two implementations: [`NodeHost`], the real node (host root mounted at `/host`, commands in
-//! the host's mount namespace), and [`TestHost`], a temporary directory standing in for the host
-//! root, whose `containerd config dump` is a real containerd binary and whose restarts and
-//! verifications are scripted and recorded.
+//! the host's mount namespace), and a test host (module `test_host`; tests and the `test-util`
+//! feature only): a temporary directory standing in for the host root, whose `containerd config
+//! dump` is a real containerd binary and whose restarts and verifications are scripted and
+//! recorded.
 //!
 //! All paths are host paths (`/etc/containerd/config.toml`), whatever the implementation maps
 //! them to.
@@ -14,6 +15,7 @@
 mod error;
 mod node_host;
 mod rooted;
+#[cfg(any(test, feature = "test-util"))]
 mod test_host;
 
 use std::io;
@@ -24,6 +26,7 @@ use crate::installer::containerd::{DumpOutput, ExpectedRuntime, HostFs};
 pub use error::HostError;
 pub use node_host::{NodeHost, NodeHostConfig};
 pub use rooted::{RootedFs, RootedHost, is_temp_sibling, temp_sibling};
+#[cfg(any(test, feature = "test-util"))]
 pub use test_host::{HostEvent, ScriptedOutcome, TestHost};
 
 /// What kind of thing is at a path (symlinks are not followed).

@@ -7,7 +7,6 @@
 //! checked against its sha256 first; only when all are good are they renamed into place. A
 //! checksum mismatch therefore leaves the host exactly as it was.
 
-pub mod download;
 pub mod layout;
 pub mod spec;
 
@@ -21,7 +20,7 @@ use crate::installer::digest::sha256_hex;
 use crate::installer::error::InstallerError;
 use crate::installer::host::{FileKind, Host, RunningExe};
 
-pub use download::{DownloadConfig, DownloadError, Downloader};
+pub use crate::installer::download::{DownloadConfig, DownloadError, Downloader};
 pub use layout::{Layout, MANIFEST, STAGING_SUFFIX};
 pub use spec::{DigestCache, FileSource, PayloadFile, PayloadSpec, resolve};
 

@@ -98,7 +98,7 @@ fn cases() -> Vec<Case> {
             name: "duplicate RuntimeClass names",
             provider_config: config(json!([
                 {"name": "spin"},
-                {"name": "wasmtime", "runtimeClass": {"name": "wasmtime-spin-v2"}}
+                {"name": "wasmtime", "workerPools": ["worker-a"], "runtimeClass": {"name": "wasmtime-spin-v2"}}
             ])),
             path: "providerConfig.shims[1].runtimeClass.name",
             value: "\"wasmtime-spin-v2\"",

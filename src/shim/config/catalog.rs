@@ -607,16 +607,7 @@ mod tests {
         let catalog = builtin();
         assert_eq!(
             catalog.names(),
-            [
-                "crun",
-                "gvisor",
-                "kata-qemu",
-                "spin",
-                "wamr",
-                "wasmedge",
-                "wasmer",
-                "wasmtime"
-            ]
+            ["crun", "gvisor", "kata-qemu", "spin", "wasmtime"]
         );
     }
 
@@ -629,20 +620,15 @@ mod tests {
         assert_eq!(spin.handler, "spin");
         assert!(spin.accepts_option("SystemdCgroup").is_some());
 
-        for runwasi in ["wasmtime", "wasmedge", "wasmer", "wamr"] {
-            let entry = catalog.get(runwasi).unwrap();
-            assert_eq!(entry.runtime_type, format!("io.containerd.{runwasi}.v1"));
-            assert_eq!(entry.binaries.len(), 1);
-            assert_eq!(
-                entry.binaries[0].name,
-                format!("containerd-shim-{runwasi}-v1")
-            );
-            assert_eq!(entry.handler, runwasi);
-            assert_eq!(
-                entry.options["SystemdCgroup"].default,
-                Some(OptionValue::Bool(true))
-            );
-        }
+        let wasmtime = catalog.get("wasmtime").unwrap();
+        assert_eq!(wasmtime.runtime_type, "io.containerd.wasmtime.v1");
+        assert_eq!(wasmtime.binaries.len(), 1);
+        assert_eq!(wasmtime.binaries[0].name, "containerd-shim-wasmtime-v1");
+        assert_eq!(wasmtime.handler, "wasmtime");
+        assert_eq!(
+            wasmtime.options["SystemdCgroup"].default,
+            Some(OptionValue::Bool(true))
+        );
 
         let gvisor = catalog.get("gvisor").unwrap();
         assert_eq!(gvisor.runtime_type, "io.containerd.runsc.v1");
@@ -863,9 +849,10 @@ shims:
     fn load_reads_the_overlay_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("overlay.yaml");
-        std::fs::write(&path, "shims:\n  wamr: null\n").unwrap();
+        std::fs::write(&path, "shims:\n  wasmtime: null\n").unwrap();
         let catalog = Catalog::load(Some(&path)).unwrap();
-        assert!(catalog.get("wamr").is_none());
+        assert!(builtin().get("wasmtime").is_some());
+        assert!(catalog.get("wasmtime").is_none());
         assert!(matches!(
             Catalog::load(Some(&dir.path().join("missing.yaml"))),
             Err(CatalogError::Read { .. })

@@ -545,6 +545,11 @@ mod tests {
             "library/busybox:1.36",
             &format!("registry.example.com/a/b@sha256:{}", "0".repeat(64)),
             &format!("registry.example.com/a/b:v1@sha256:{}", "0".repeat(64)),
+            // The tests' registry: an IP address with a port, images by digest.
+            &format!(
+                "10.255.255.2:5443/containerd-shim-payload/crun@sha256:{}",
+                "0".repeat(64)
+            ),
         ] {
             assert!(image_reference(ok).is_ok(), "{ok}");
         }

@@ -98,7 +98,7 @@ pub struct Shim {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CatalogRef {
-    /// The catalog entry, e.g. `spin`, `wasmtime`, `wasmedge`, `wasmer`, `wamr`, `gvisor`,
+    /// The catalog entry, e.g. `spin`, `crun`, `wasmtime`, `gvisor`,
     /// `kata-qemu`, or one the operator added.
     pub name: String,
     /// A version the catalog offers for this entry. Unset: the catalog's default version.

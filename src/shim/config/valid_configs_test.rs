@@ -268,7 +268,8 @@ fn two_versions_of_one_catalog_shim_can_run_side_by_side() {
 fn shims_are_sorted_by_name_and_rollout_is_carried() {
     let provider_config = json!({
         "apiVersion": super::API_VERSION, "kind": super::KIND,
-        "shims": [{"name": "wasmtime"}, {"name": "spin"}],
+        // wasmtime on the amd64 pool only: its payload is built for amd64 alone.
+        "shims": [{"name": "wasmtime", "workerPools": ["worker-a"]}, {"name": "spin"}],
         "rollout": {"maxConcurrentRestarts": 3, "maxUnavailable": "50%"}
     });
     let validated = valid(provider_config);

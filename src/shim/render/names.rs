@@ -59,7 +59,7 @@ pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const PART_OF_LABEL: &str = "app.kubernetes.io/part-of";
 pub const COMPONENT_LABEL: &str = "app.kubernetes.io/component";
 /// Value of [`MANAGED_BY_LABEL`] and the ManagedResource's origin.
-pub const MANAGED_BY: &str = "gardener-extension-containerd-shim";
+pub const MANAGED_BY: &str = crate::shim::identity::COMPONENT;
 /// Value of [`PART_OF_LABEL`].
 pub const PART_OF: &str = "containerd-shim";
 

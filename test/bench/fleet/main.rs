@@ -47,8 +47,9 @@ use gardener_extension_containerd_shim::gardener::api::{
     Cluster, Extension, OPERATION_ANNOTATION, TIMESTAMP_ANNOTATION,
 };
 use gardener_extension_containerd_shim::gardener::managed_resource::SecretData;
-use gardener_extension_containerd_shim::shim::actuator::{ActuatorSettings, ORIGIN, ShimActuator};
+use gardener_extension_containerd_shim::shim::actuator::{ActuatorSettings, ShimActuator};
 use gardener_extension_containerd_shim::shim::controllers::{self, CatalogOptions};
+use gardener_extension_containerd_shim::shim::identity::ORIGIN;
 use gardener_extension_containerd_shim::user_agent;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};

@@ -3,7 +3,7 @@
 ;;
 ;;   hello from wasm on containerd-shim
 ;;
-;; Assembled by test/wasm/shim's wat2wasm (hack/nodes/wasm-images.sh).
+;; Assembled by wat2wasm (hack/images/payloads/wasm/wat2wasm; hack/nodes/wasm-images.sh).
 (module
   (import "wasi_snapshot_preview1" "fd_write"
     (func $fd_write (param $fd i32) (param $iovs i32) (param $iovs_len i32) (param $nwritten i32) (result i32)))

@@ -4,13 +4,14 @@
 ;;   hello from wasm http on containerd-shim
 ;;
 ;; WASI preview 1 cannot create sockets; it can only accept connections on a listening socket
-;; the host opened. The test shim (test/wasm/shim) opens one when the container's environment
-;; has WASI_TCP_LISTEN=ADDRESS:PORT (the image sets 0.0.0.0:8080; a pod may override it) and
-;; hands it over as descriptor 3, so the port is chosen by that variable, not here.
+;; the host opened. The wasmtime shim (hack/images/payloads/wasm) opens one when the
+;; container's environment has WASI_TCP_LISTEN=ADDRESS:PORT (the image sets 0.0.0.0:8080; a pod
+;; may override it) and hands it over as descriptor 3, so the port is chosen by that variable,
+;; not here.
 ;;
 ;; One connection at a time: read the request head (up to the blank line, 8 KiB at most), write
-;; the response, close. Runs until the container is stopped. Assembled by test/wasm/shim's
-;; wat2wasm (hack/nodes/wasm-images.sh).
+;; the response, close. Runs until the container is stopped. Assembled by
+;; hack/images/payloads/wasm/wat2wasm (hack/nodes/wasm-images.sh).
 (module
   (import "wasi_snapshot_preview1" "fd_write"
     (func $fd_write (param $fd i32) (param $iovs i32) (param $iovs_len i32) (param $nwritten i32) (result i32)))

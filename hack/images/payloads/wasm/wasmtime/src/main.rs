@@ -1,12 +1,11 @@
 //! `containerd-shim-wasmtime-v1`: a containerd shim (runtime type `io.containerd.wasmtime.v1`)
 //! that runs WASI preview 1 modules on Wasmtime, built on runwasi's `containerd-shim-wasm`.
 //!
-//! A test payload for the node tests, not a product shim: it exists so that a pod under the
-//! `wasmtime` RuntimeClass really runs WebAssembly on a node whose containerd the installer
-//! configured. The library does the containerd side (task API, the container's namespaces and
-//! cgroups through youki's libcontainer); this file only runs the module inside that container.
+//! The binary of the catalog's `wasmtime` payload. The library does the containerd side (task
+//! API, the container's namespaces and cgroups through youki's libcontainer); this file only
+//! runs the module inside that container.
 
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
 
 use anyhow::{Context, Result, bail};
 use containerd_shim_wasm::sandbox::Sandbox;
@@ -38,9 +37,10 @@ impl Shim for WasmtimeShim {
         "wasmtime"
     }
 
-    /// `containerd-shim-wasmtime-v1 -v` prints these. The revision is the hash of the shim's
-    /// sources that hack/nodes/wasm-images.sh builds and caches it by (the library's default
-    /// would run git at build time and name a commit of whatever checkout built it).
+    /// `containerd-shim-wasmtime-v1 -v` prints these. The revision is the hash of the package's
+    /// sources and lock file that hack/nodes/wasm-images.sh builds and caches it by (the
+    /// library's default would run git at build time and name a commit of whatever checkout
+    /// built it).
     fn version() -> Version {
         Version {
             version: env!("CARGO_PKG_VERSION"),
@@ -74,8 +74,8 @@ fn run(ctx: &impl RuntimeContext) -> Result<i32> {
         bail!("WebAssembly components are not supported by this shim, only WASI preview 1 modules");
     }
 
-    // Compiled on first use in each container, never cached: the workloads are small, and a
-    // cache would be state on the node that a test payload has no business leaving behind.
+    // Compiled on first use in each container, never cached: a cache would be state on the
+    // node that outlives the pod, which the installer's removal of the shim would not know of.
     let engine = Engine::default();
     let module = Module::from_binary(&engine, &bytes)
         .map_err(|err| wasmtime_error(err, "compiling the module"))?;
@@ -119,9 +119,16 @@ fn wasi_context(ctx: &impl RuntimeContext) -> Result<WasiCtx> {
         }
     }
     // The listener goes in first so that it gets descriptor 3 and the directory the next one.
-    if let Some(address) = listen {
-        let listener = TcpListener::bind(&address)
-            .with_context(|| format!("{LISTEN_ENV}={address}: binding the listening socket"))?;
+    if let Some(value) = listen {
+        // An IP address, never a host name: the binary is static, and glibc's resolver would
+        // load NSS modules of the node's glibc at run time.
+        let address: SocketAddr = value.parse().map_err(|_| {
+            anyhow::anyhow!(
+                "{LISTEN_ENV}={value:?}: not an IP address and port such as 0.0.0.0:8080 (host names are not resolved)"
+            )
+        })?;
+        let listener = TcpListener::bind(address)
+            .with_context(|| format!("{LISTEN_ENV}={value}: binding the listening socket"))?;
         log::info!("pre-opened a TCP listener on {address} as descriptor {LISTENER_FD}");
         builder.preopened_socket(
             LISTENER_FD,

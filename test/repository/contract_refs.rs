@@ -20,7 +20,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 const CONTRACT: &str = "docs/gardener-contract.md";
-const THIS_FILE: &str = "src/contract_refs.rs";
+const THIS_FILE: &str = "test/repository/contract_refs.rs";
 
 /// A reference found in a file.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
