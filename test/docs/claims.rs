@@ -22,7 +22,10 @@ fn rust_version(manifest: &str) -> String {
 #[test]
 fn readme_asks_for_the_rust_versions_the_manifests_declare() {
     // Words, whatever the line breaks.
-    let readme = read("README.md").split_whitespace().collect::<Vec<_>>().join(" ");
+    let readme = read("README.md")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
     let build = rust_version("Cargo.toml");
     // The tests build the Wasm shim payloads, a workspace of its own with a newer minimum.
     let wasm = rust_version(WASM_WORKSPACE);
