@@ -22,10 +22,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Api, Client, ResourceExt};
 
-use crate::desired_shims::Rollout;
 use crate::gardener::api::managed_resource::Unhealthy;
 use crate::gardener::api::{Extension, ManagedResource, Shoot};
 use crate::gardener::extension::{Actuator, ActuatorContext, Outcome};
@@ -35,10 +33,10 @@ use crate::gardener::managed_resource::{
 };
 use crate::gardener::shoot_client::ShootClients;
 use crate::shim::bundle_kinds;
-use crate::shim::config::{self, Catalog, desired, images};
+use crate::shim::config::Catalog;
 pub use crate::shim::error::ShimError;
 use crate::shim::identity::{MANAGED_RESOURCE, ORIGIN};
-use crate::shim::render::{self, BundleInput};
+use crate::shim::plan::Plan;
 
 /// Settings of the actuator.
 #[derive(Clone, Debug)]
@@ -109,16 +107,17 @@ impl ShimActuator {
         self
     }
 
-    fn installer_image(&self) -> Result<String, ShimError> {
-        images::own_image(&self.images, images::INSTALLER_IMAGE)
-            .map(|i| i.to_string())
-            .map_err(ShimError::InstallerImage)
+    fn plan(&self) -> Plan<'_> {
+        Plan {
+            catalog: &self.catalog,
+            images: &self.images,
+        }
     }
 
     /// The packed bundle for the Extension's configuration (pure apart from reading the
-    /// injected catalog and image vector). Shared with the offline renderer.
+    /// injected catalog and image vector).
     pub fn install_bundle(&self, ext: &Extension, shoot: &Shoot) -> Result<SecretData, ShimError> {
-        Ok(self.packed.pack(&self.install_manifests(ext, shoot)?)?)
+        Ok(self.packed.pack(&self.plan().install(ext, shoot)?)?)
     }
 
     fn install_manifests(
@@ -126,21 +125,25 @@ impl ShimActuator {
         ext: &Extension,
         shoot: &Shoot,
     ) -> Result<Vec<Manifest>, ShimError> {
-        let validated = config::load_spec(&ext.spec, &self.catalog, shoot)?;
-        let desired = desired::desired_shims(&validated, &self.images)?;
-        let input = BundleInput::install(&validated, desired, &self.installer_image()?, shoot);
-        Ok(render::render(&input).into_manifests()?)
+        self.plan().install(ext, shoot)
     }
 
+    /// The uninstall bundle. An invalid providerConfig (it may have turned invalid after the
+    /// last good reconcile) does not hold the uninstall up: it runs with the safe defaults.
     fn uninstall_manifests(
         &self,
         ext: &Extension,
         shoot: &Shoot,
     ) -> Result<Vec<Manifest>, ShimError> {
-        let (rollout, max_unavailable) = last_rollout(ext);
-        let input =
-            BundleInput::uninstall(rollout, max_unavailable, &self.installer_image()?, shoot);
-        Ok(render::render(&input).into_manifests()?)
+        let uninstall = self.plan().uninstall(ext, shoot)?;
+        if let Some(error) = &uninstall.invalid_config {
+            tracing::warn!(
+                namespace = %namespace_of(ext),
+                error = %error,
+                "the providerConfig is invalid; uninstalling with the default rollout (one containerd restart at a time, maxUnavailable 1)"
+            );
+        }
+        Ok(uninstall.manifests)
     }
 
     /// Writes `data` over `current`, the ManagedResource as just read.
@@ -333,28 +336,6 @@ impl ShimActuator {
 
 fn namespace_of(ext: &Extension) -> String {
     ext.namespace().unwrap_or_default()
-}
-
-/// The restart budget and DaemonSet rollout of the configuration being removed, so uninstalling
-/// is paced like installing. An unreadable configuration falls back to the defaults.
-fn last_rollout(ext: &Extension) -> (Rollout, IntOrString) {
-    let rollout = config::decode::decode(ext.spec.provider_config.as_ref())
-        .ok()
-        .and_then(|c| c.rollout);
-    let restarts = rollout
-        .as_ref()
-        .and_then(|r| r.max_concurrent_restarts)
-        .unwrap_or(1)
-        .max(1);
-    let unavailable = rollout
-        .and_then(|r| r.max_unavailable)
-        .unwrap_or(IntOrString::Int(1));
-    (
-        Rollout {
-            max_concurrent_restarts: restarts,
-        },
-        unavailable,
-    )
 }
 
 /// How long ago `at` was; zero when unknown or in the future.

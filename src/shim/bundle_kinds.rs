@@ -34,7 +34,7 @@ mod tests {
     use std::collections::BTreeSet;
 
     use super::*;
-    use crate::shim::config::{self, desired, images, test_support};
+    use crate::shim::config::{self, images, test_support};
     use crate::shim::render::{self, BundleInput};
 
     #[test]
@@ -43,9 +43,9 @@ mod tests {
         let provider_config = test_support::config(serde_json::json!([{"name": "wasmtime"}]));
         let validated = config::load(Some(&provider_config), &test_support::catalog(), &shoot)
             .expect("a valid configuration");
-        let desired = desired::desired_shims(&validated, &images::embedded().expect("images"))
+        let images = images::embedded().expect("images");
+        let input = BundleInput::install(&validated, &images, "installer", &shoot)
             .expect("the desired shims");
-        let input = BundleInput::install(&validated, desired, "installer", &shoot);
         let rendered: BTreeSet<(String, String)> = render::render(&input)
             .into_manifests()
             .expect("manifests")

@@ -27,7 +27,8 @@ use crate::gardener::healthcheck::result::CheckResult;
 use crate::gardener::imagevector::ImageVector;
 use crate::gardener::shoot_client::{ShootClient, ShootClients, is_refusal};
 use crate::gardener::shoot_nodes::{NodeLabels, ShootNodes};
-use crate::shim::config::{self, Catalog, desired};
+use crate::shim::config::Catalog;
+use crate::shim::plan::Plan;
 
 /// How long nodes may stay unverified before the condition turns `False`: a rollout restarts
 /// containerd node by node, within the configured budget.
@@ -285,14 +286,11 @@ impl HealthCheck for VerifiedNodesCheck {
             let Some(shoot) = ctx.shoot.as_deref() else {
                 return CheckResult::Successful;
             };
-            let Ok(validated) = config::load(
-                ctx.extension.spec.provider_config.as_ref(),
-                &self.catalog,
-                shoot,
-            ) else {
-                return CheckResult::Successful;
+            let plan = Plan {
+                catalog: &self.catalog,
+                images: &self.images,
             };
-            let Ok(desired) = desired::desired_shims(&validated, &self.images) else {
+            let Some(desired) = plan.health(&ctx.extension, shoot) else {
                 return CheckResult::Successful;
             };
             let namespace = ctx.namespace();

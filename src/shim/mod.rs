@@ -9,4 +9,8 @@ pub mod error;
 pub mod health;
 pub mod identity;
 pub mod offline;
+pub mod plan;
 pub mod render;
+
+#[cfg(test)]
+mod hostile_test;

@@ -15,9 +15,9 @@ use crate::gardener::error_codes::CodedError;
 use crate::gardener::extension::status::{descriptions, format_error_description};
 use crate::gardener::imagevector::ImageVector;
 use crate::shim::actuator::ShimError;
-use crate::shim::config::{self, Catalog, decode, desired, images};
+use crate::shim::config::{self, Catalog, decode};
 use crate::shim::identity::EXTENSION_TYPE;
-use crate::shim::render::{self, BundleInput};
+use crate::shim::plan::Plan;
 
 /// `apiVersion` of Gardener's Extension and Cluster resources.
 pub const EXTENSIONS_API_VERSION: &str = "extensions.gardener.cloud/v1alpha1";
@@ -70,11 +70,30 @@ fn codes_suffix(codes: &[ErrorCode]) -> String {
     }
 }
 
+/// The largest input file `render` reads: an Extension or a Cluster with its Shoot is a few
+/// kilobytes; the API server stores no object larger than 1.5 MiB.
+pub const MAX_FILE_BYTES: u64 = 4 << 20;
+
 fn read(path: &Path) -> Result<String, OfflineError> {
-    std::fs::read_to_string(path).map_err(|source| OfflineError::Read {
+    use std::io::Read;
+    let failed = |source| OfflineError::Read {
         path: path.display().to_string(),
         source,
-    })
+    };
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .map_err(failed)?
+        .take(MAX_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(failed)?;
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Err(invalid(
+            path,
+            INPUT_KINDS,
+            format!("the file is larger than the limit of {MAX_FILE_BYTES} bytes"),
+        ));
+    }
+    Ok(text)
 }
 
 fn invalid(path: &Path, kind: &'static str, message: impl ToString) -> OfflineError {
@@ -268,28 +287,18 @@ fn read_shoot(path: &Path) -> Result<Option<Shoot>, OfflineError> {
 }
 
 /// The Shoot assumed without a Cluster: one containerd pool `worker`, plus every pool the
-/// providerConfig names, all amd64.
+/// providerConfig names, all amd64. The names come from the decoded providerConfig, so they
+/// are as many and as long as decoding's size limits allow; validation then judges them.
 fn assumed_shoot(ext: &Extension) -> Shoot {
     let mut pools = vec!["worker".to_string()];
-    if let Some(shims) = ext
-        .spec
-        .provider_config
-        .as_ref()
-        .and_then(|c| c.get("shims"))
-        .and_then(|s| s.as_array())
-    {
-        for shim in shims {
-            for pool in shim
-                .get("workerPools")
-                .and_then(|p| p.as_array())
-                .into_iter()
-                .flatten()
-            {
-                if let Some(name) = pool.as_str()
-                    && !pools.iter().any(|p| p == name)
-                {
-                    pools.push(name.to_string());
-                }
+    let named = match &ext.spec.provider_config_error {
+        Some(_) => None,
+        None => decode::decode(ext.spec.provider_config.as_ref()).ok(),
+    };
+    for shim in named.iter().flat_map(|c| &c.shims) {
+        for name in shim.worker_pools.iter().flatten() {
+            if !pools.contains(name) {
+                pools.push(name.clone());
             }
         }
     }
@@ -332,19 +341,9 @@ pub fn render_extension(
         description: format_error_description(descriptions::RECONCILE_ERROR, &e.to_string()),
         codes: e.codes(),
     };
-    let validated =
-        config::load_spec(&ext.spec, catalog, shoot).map_err(|e| as_controller(e.into()))?;
-    let desired =
-        desired::desired_shims(&validated, images).map_err(|e| as_controller(e.into()))?;
-    let installer = images::own_image(images, images::INSTALLER_IMAGE)
-        .map_err(|e| as_controller(ShimError::InstallerImage(e)))?
-        .to_string();
-    let bundle = render::render(&BundleInput::install(
-        &validated, desired, &installer, shoot,
-    ));
-    let manifests = bundle
-        .into_manifests()
-        .map_err(|e| as_controller(e.into()))?;
+    let manifests = Plan { catalog, images }
+        .install(ext, shoot)
+        .map_err(as_controller)?;
     let mut out = String::new();
     for m in manifests {
         let yaml = serde_saphyr::to_string(m.value()).map_err(|e| OfflineError::Decode {
@@ -361,6 +360,7 @@ pub fn render_extension(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shim::config::images;
 
     const CONFIG_HEADER: &str = "apiVersion: containerd-shim.extensions.gardener.cloud/v1alpha1\nkind: ContainerdShimConfig\n";
     const EXTENSION_HEADER: &str = "apiVersion: extensions.gardener.cloud/v1alpha1\nkind: Extension\nmetadata: {name: containerd-shim, namespace: shoot--p--s}\n";

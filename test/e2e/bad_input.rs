@@ -170,6 +170,12 @@ fn cases() -> Vec<Case> {
         case(
             "1 MiB shim name",
             shim(&format!(r#"{{"name":"{}"}}"#, "x".repeat(1 << 20))),
+            // Longer than the controller parses at all.
+            ConfigProblem("providerConfig: cannot be decoded: its text is 1048"),
+        ),
+        case(
+            "200 KiB shim name",
+            shim(&format!(r#"{{"name":"{}"}}"#, "x".repeat(200 << 10))),
             ConfigProblem("providerConfig.shims[0].name"),
         ),
         case(

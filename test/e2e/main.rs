@@ -11,4 +11,5 @@ mod support;
 mod bad_input;
 mod controller;
 mod faults;
+mod hostile_delete;
 mod rbac;

@@ -140,7 +140,7 @@ fn example_extension_cluster_and_shoot_agree_and_validate() {
     let validated = config::load(ext.spec.provider_config.as_ref(), &catalog, &cluster_shoot)
         .unwrap_or_else(|e| panic!("the example Extension is invalid for its Cluster: {e}"));
     let classes: BTreeSet<&str> = validated
-        .shims
+        .shims()
         .iter()
         .map(|s| s.runtime_class_name.as_str())
         .collect();

@@ -28,12 +28,20 @@ pub struct ExtensionSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider_config: Option<serde_json::Value>,
     /// Why `providerConfig` could not be turned into a value (then `provider_config` is
-    /// `None`): it is nested deeper than serde_json's recursion limit (128). The API server
-    /// accepts up to 10 000 levels; without this, one such object would make every list and
-    /// watch of Extensions fail to decode, and with them the whole controller.
+    /// `None`): it is nested deeper than serde_json's recursion limit (128), or its text is
+    /// longer than [`MAX_PROVIDER_CONFIG_BYTES`]. The API server accepts up to 10 000 levels
+    /// and megabytes; without this, one such object would make every list and watch of
+    /// Extensions fail to decode, and with them the whole controller, or hold megabytes of
+    /// parsed value per Extension in the cache.
     #[serde(skip)]
     pub provider_config_error: Option<String>,
 }
+
+/// The longest `providerConfig` text the controller parses into a value; a longer one is kept
+/// only as [`ExtensionSpec::provider_config_error`]. Generous for any extension's
+/// configuration (the containerd-shim one takes at most 64 KiB), small enough that one
+/// Extension's parsed configuration cannot cost the cache megabytes.
+pub const MAX_PROVIDER_CONFIG_BYTES: usize = 256 * 1024;
 
 /// `spec` as it comes from the API server: `providerConfig` is first taken as raw text, which
 /// serde_json skips over without a recursion limit, and only then parsed on its own.
@@ -52,6 +60,13 @@ impl From<ExtensionSpecWire> for ExtensionSpec {
     fn from(wire: ExtensionSpecWire) -> Self {
         let (provider_config, provider_config_error) = match wire.provider_config {
             None => (None, None),
+            Some(raw) if raw.get().len() > MAX_PROVIDER_CONFIG_BYTES => (
+                None,
+                Some(format!(
+                    "its text is {} bytes long, more than the limit of {MAX_PROVIDER_CONFIG_BYTES}",
+                    raw.get().len()
+                )),
+            ),
             Some(raw) => match serde_json::from_str::<serde_json::Value>(raw.get()) {
                 Ok(serde_json::Value::Null) => (None, None),
                 Ok(value) => (Some(value), None),
@@ -162,6 +177,24 @@ mod tests {
         assert!(
             matches!(event, kube::core::WatchEvent::Modified(e) if e.spec.provider_config_error.is_some())
         );
+    }
+
+    #[test]
+    fn a_provider_config_longer_than_the_limit_is_not_parsed() {
+        let long = format!(r#"{{"a":"{}"}}"#, "x".repeat(MAX_PROVIDER_CONFIG_BYTES));
+        let ext: Extension = serde_json::from_str(&extension_json(&long)).expect("decodes");
+        assert_eq!(ext.spec.provider_config, None);
+        let error = ext.spec.provider_config_error.expect("the reason is kept");
+        assert_eq!(
+            error,
+            format!(
+                "its text is {} bytes long, more than the limit of {MAX_PROVIDER_CONFIG_BYTES}",
+                long.len()
+            )
+        );
+        let fits = format!(r#"{{"a":"{}"}}"#, "x".repeat(MAX_PROVIDER_CONFIG_BYTES - 8));
+        let ext: Extension = serde_json::from_str(&extension_json(&fits)).expect("decodes");
+        assert!(ext.spec.provider_config.is_some());
     }
 
     #[test]

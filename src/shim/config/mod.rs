@@ -12,6 +12,13 @@
 //!
 //! Errors of steps 1 and 2 are [`error::ConfigError`]s with `ERR_CONFIGURATION_PROBLEM`; the
 //! actuator reports them and leaves the previously applied bundle alone.
+//!
+//! Every path that reads a providerConfig (reconcile, restore, delete, the health check, the
+//! offline renderer) goes through [`load_spec`] or [`uninstall_rollout`]: a
+//! [`ValidatedConfig`] cannot be had any other way, and rendering takes nothing else. A path
+//! that meets an invalid configuration either reports it (reconcile, restore, render) or uses
+//! [`ValidatedRollout::SAFE_DEFAULT`] (delete) or reports nothing (health); none of them reads
+//! a raw value.
 
 pub mod admission;
 pub mod catalog;
@@ -43,7 +50,7 @@ mod valid_configs_test;
 pub use catalog::Catalog;
 pub use error::ConfigError;
 pub use types::{API_VERSION, ContainerdShimConfig, KIND};
-pub use validate::ValidatedConfig;
+pub use validate::{ValidatedConfig, ValidatedRollout};
 
 use crate::gardener::api::cluster::Shoot;
 use crate::gardener::api::extension::ExtensionSpec;
@@ -71,4 +78,20 @@ pub fn load_spec(
         return Err(decode::undecodable(error));
     }
     load(spec.provider_config.as_ref(), catalog, shoot)
+}
+
+/// The rollout settings an uninstall is paced with: those of the Extension's providerConfig
+/// when it validates, else [`ValidatedRollout::SAFE_DEFAULT`] together with why it does not (it
+/// may have turned invalid after the last good reconcile, or the catalog or the Shoot changed
+/// since). Never a raw value: a hostile `maxConcurrentRestarts` cannot size the uninstall
+/// bundle.
+pub fn uninstall_rollout(
+    spec: &ExtensionSpec,
+    catalog: &Catalog,
+    shoot: &Shoot,
+) -> (ValidatedRollout, Option<ConfigError>) {
+    match load_spec(spec, catalog, shoot) {
+        Ok(validated) => (validated.rollout().clone(), None),
+        Err(error) => (ValidatedRollout::SAFE_DEFAULT, Some(error)),
+    }
 }

@@ -562,14 +562,18 @@ fn validate_rollout(
     errors: &mut Vec<FieldError>,
 ) -> ValidatedRollout {
     let rollout = rollout.cloned().unwrap_or_default();
-    let max_concurrent_restarts = rollout.max_concurrent_restarts.unwrap_or(1);
+    let max_concurrent_restarts = rollout
+        .max_concurrent_restarts
+        .unwrap_or(ValidatedRollout::SAFE_DEFAULT.max_concurrent_restarts);
     if !(1..=MAX_CONCURRENT_RESTARTS).contains(&max_concurrent_restarts) {
         errors.push(FieldError::new(
             &path.child("maxConcurrentRestarts"),
             format!("{max_concurrent_restarts} must be between 1 and {MAX_CONCURRENT_RESTARTS}"),
         ));
     }
-    let max_unavailable = rollout.max_unavailable.unwrap_or(IntOrString::Int(1));
+    let max_unavailable = rollout
+        .max_unavailable
+        .unwrap_or(ValidatedRollout::SAFE_DEFAULT.max_unavailable);
     let at = path.child("maxUnavailable");
     match &max_unavailable {
         IntOrString::Int(n) if *n < 1 => {

@@ -1,5 +1,11 @@
 //! What validation produces: a providerConfig with every shim resolved and every default
 //! applied, ready for the desired set.
+//!
+//! [`ValidatedConfig`] and [`ValidatedRollout`] have no public constructor and no public
+//! fields: outside this module tree the only ways to get one are [`super::load_spec`] (which
+//! validates, and so enforces every limit of docs/usage.md) and
+//! [`ValidatedRollout::SAFE_DEFAULT`]. Rendering takes nothing else, so no path can turn a
+//! raw providerConfig value into objects, Lease names or allocations.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -14,20 +20,47 @@ use crate::desired_shims::{self, Arch, ConfigFile, OptionValue, UrlArtifact};
 #[derive(Clone, Debug, PartialEq)]
 pub struct ValidatedConfig {
     /// The shims, sorted by name.
-    pub shims: Vec<ValidatedShim>,
-    pub rollout: ValidatedRollout,
+    pub(super) shims: Vec<ValidatedShim>,
+    pub(super) rollout: ValidatedRollout,
     /// The Shoot's Kubernetes version: the image vector's target version.
-    pub kubernetes_version: Option<String>,
+    pub(super) kubernetes_version: Option<String>,
     /// The admission-policy API that confines the installer on this Shoot.
-    pub policy_api: PolicyApi,
+    pub(super) policy_api: PolicyApi,
 }
 
-/// Rollout settings with defaults applied.
+/// Rollout settings with defaults applied, within the limits of validation.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ValidatedRollout {
-    pub max_concurrent_restarts: u32,
+    /// 1 to [`super::validate::MAX_CONCURRENT_RESTARTS`].
+    pub(super) max_concurrent_restarts: u32,
+    /// The installer DaemonSet's `rollingUpdate.maxUnavailable`: at least 1, or 1% to 100%.
+    pub(super) max_unavailable: IntOrString,
+}
+
+impl ValidatedRollout {
+    /// What a path that meets an invalid providerConfig uses instead of its values (docs/usage.md,
+    /// "Limits"): one containerd restart at a time, one unavailable installer pod per pool.
+    pub const SAFE_DEFAULT: ValidatedRollout = ValidatedRollout {
+        max_concurrent_restarts: 1,
+        max_unavailable: IntOrString::Int(1),
+    };
+
+    /// How many nodes may restart containerd at the same time: the restart budget's Lease slots.
+    pub fn max_concurrent_restarts(&self) -> u32 {
+        self.max_concurrent_restarts
+    }
+
     /// The installer DaemonSet's `rollingUpdate.maxUnavailable`.
-    pub max_unavailable: IntOrString,
+    pub fn max_unavailable(&self) -> &IntOrString {
+        &self.max_unavailable
+    }
+
+    /// The desired-set rollout.
+    pub fn desired(&self) -> desired_shims::Rollout {
+        desired_shims::Rollout {
+            max_concurrent_restarts: self.max_concurrent_restarts,
+        }
+    }
 }
 
 /// One shim, fully resolved.
@@ -91,15 +124,32 @@ pub enum ValidatedSource {
 }
 
 impl ValidatedConfig {
+    /// The shims, sorted by name.
+    pub fn shims(&self) -> &[ValidatedShim] {
+        &self.shims
+    }
+
     /// The shim with this name.
     pub fn shim(&self, name: &str) -> Option<&ValidatedShim> {
         self.shims.iter().find(|s| s.name == name)
     }
 
+    pub fn rollout(&self) -> &ValidatedRollout {
+        &self.rollout
+    }
+
+    /// The Shoot's Kubernetes version: the image vector's target version.
+    pub fn kubernetes_version(&self) -> Option<&str> {
+        self.kubernetes_version.as_deref()
+    }
+
+    /// The admission-policy API that confines the installer on this Shoot.
+    pub fn policy_api(&self) -> PolicyApi {
+        self.policy_api
+    }
+
     /// The desired-set rollout.
     pub fn desired_rollout(&self) -> desired_shims::Rollout {
-        desired_shims::Rollout {
-            max_concurrent_restarts: self.rollout.max_concurrent_restarts,
-        }
+        self.rollout.desired()
     }
 }

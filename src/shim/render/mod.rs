@@ -16,46 +16,51 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::desired_shims::{DesiredShims, Rollout};
+use crate::desired_shims::DesiredShims;
 use crate::gardener::api::Shoot;
+use crate::gardener::imagevector::ImageVector;
 use crate::gardener::managed_resource::{self, Manifest};
 use crate::shim::config::admission::PolicyApi;
-use crate::shim::config::{self, ValidatedConfig};
+use crate::shim::config::desired::{self, DesiredError};
+use crate::shim::config::{self, ValidatedConfig, ValidatedRollout};
 use admission::AdmissionPolicies;
 
 pub use runtime_class::RuntimeClassSpec;
 
-/// Everything the bundle is rendered from.
+/// Everything the bundle is rendered from. Its fields are private and its two constructors
+/// take only validated input ([`ValidatedConfig`], [`ValidatedRollout`]): whatever scales the
+/// bundle (shims, restart slots, options, ...) has passed the limits of validation.
 #[derive(Clone, Debug)]
 pub struct BundleInput {
     /// What the installers do: install these shims, or uninstall everything.
-    pub desired: DesiredShims,
+    desired: DesiredShims,
     /// One per shim; empty while uninstalling (no new pods may be scheduled for a shim that is
     /// going away).
-    pub runtime_classes: Vec<RuntimeClassSpec>,
-    pub max_unavailable: IntOrString,
-    pub installer_image: String,
+    runtime_classes: Vec<RuntimeClassSpec>,
+    /// The restart budget and the DaemonSets' rolling update.
+    rollout: ValidatedRollout,
+    installer_image: String,
     /// The worker pools whose nodes run containerd.
-    pub containerd_pools: Vec<String>,
+    containerd_pools: Vec<String>,
     /// The admission-policy API the Shoot serves; `None` only when uninstalling from a Shoot
     /// that serves none (nothing was ever installed there, see [`admission`]).
-    pub policy_api: Option<PolicyApi>,
+    policy_api: Option<PolicyApi>,
 }
 
 impl BundleInput {
-    /// The bundle that installs the validated shims.
+    /// The bundle that installs the validated shims; the desired set is built here, from the
+    /// same validated configuration, with catalog images resolved through `images`.
     pub fn install(
         config: &ValidatedConfig,
-        desired: DesiredShims,
+        images: &ImageVector,
         installer_image: &str,
         shoot: &Shoot,
-    ) -> BundleInput {
-        BundleInput {
-            desired,
+    ) -> Result<BundleInput, DesiredError> {
+        Ok(BundleInput {
+            desired: desired::desired_shims(config, images)?,
             runtime_classes: config
-                .shims
+                .shims()
                 .iter()
                 .map(|s| RuntimeClassSpec {
                     name: s.runtime_class_name.clone(),
@@ -64,29 +69,30 @@ impl BundleInput {
                     tolerations: s.tolerations.clone(),
                 })
                 .collect(),
-            max_unavailable: config.rollout.max_unavailable.clone(),
+            rollout: config.rollout().clone(),
             installer_image: installer_image.to_string(),
             containerd_pools: containerd_pools(shoot),
-            policy_api: Some(config.policy_api),
-        }
+            policy_api: Some(config.policy_api()),
+        })
     }
 
     /// The bundle that makes every installer remove everything it installed: no shims, no
-    /// RuntimeClasses. `rollout` keeps the restart budget of the last applied configuration.
-    pub fn uninstall(
-        rollout: Rollout,
-        max_unavailable: IntOrString,
-        installer_image: &str,
-        shoot: &Shoot,
-    ) -> BundleInput {
+    /// RuntimeClasses. `rollout` keeps the pacing of the last applied configuration (see
+    /// [`config::uninstall_rollout`]).
+    pub fn uninstall(rollout: &ValidatedRollout, installer_image: &str, shoot: &Shoot) -> Self {
         BundleInput {
-            desired: DesiredShims::uninstall(rollout),
+            desired: DesiredShims::uninstall(rollout.desired()),
             runtime_classes: Vec::new(),
-            max_unavailable,
+            rollout: rollout.clone(),
             installer_image: installer_image.to_string(),
             containerd_pools: containerd_pools(shoot),
             policy_api: config::admission::policy_api(shoot).ok(),
         }
+    }
+
+    /// The desired set the installers get (before it is cut per pool).
+    pub fn desired(&self) -> &DesiredShims {
+        &self.desired
     }
 }
 
@@ -129,7 +135,7 @@ pub fn render(input: &BundleInput) -> Bundle {
             desired_json: &desired_json,
             installer_image: &input.installer_image,
             pool,
-            max_unavailable: &input.max_unavailable,
+            max_unavailable: input.rollout.max_unavailable(),
         }));
     }
     let mut runtime_classes: Vec<RuntimeClass> = input
@@ -138,7 +144,7 @@ pub fn render(input: &BundleInput) -> Bundle {
         .map(runtime_class::runtime_class)
         .collect();
     runtime_classes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    let slots = input.desired.rollout.max_concurrent_restarts.max(1);
+    let slots = input.rollout.max_concurrent_restarts();
     Bundle {
         service_account: rbac::service_account(),
         cluster_role: rbac::cluster_role(),

@@ -7,10 +7,10 @@ use proptest::prelude::*;
 use serde_json::json;
 
 use super::*;
-use crate::desired_shims::{CONFIG_MAP_KEY, DESIRED_SHA256_ENV, Rollout};
+use crate::desired_shims::{CONFIG_MAP_KEY, DESIRED_SHA256_ENV};
 use crate::gardener::api::Shoot;
 use crate::gardener::api::cluster::KubeApiServer;
-use crate::shim::config::{self, Catalog, desired, images};
+use crate::shim::config::{self, Catalog, images};
 
 fn shoot(pools: &[(&str, Option<&str>)]) -> Shoot {
     let workers: Vec<serde_json::Value> = pools
@@ -36,13 +36,13 @@ fn install_input(mut provider_config: serde_json::Value, shoot: &Shoot) -> Bundl
     let catalog = Catalog::builtin().unwrap();
     let validated = config::load(Some(&provider_config), &catalog, shoot).unwrap();
     let vector = images::embedded().unwrap();
-    let desired = desired::desired_shims(&validated, &vector).unwrap();
     BundleInput::install(
         &validated,
-        desired,
+        &vector,
         "registry.example/containerd-shim-installer:v0.1.0",
         shoot,
     )
+    .unwrap()
 }
 
 fn to_yaml(bundle: Bundle) -> String {
@@ -129,10 +129,7 @@ fn golden_three_shims_two_pools() {
 fn golden_uninstall() {
     let shoot = shoot(&[("worker-a", None)]);
     let input = BundleInput::uninstall(
-        Rollout {
-            max_concurrent_restarts: 1,
-        },
-        k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1),
+        &config::ValidatedRollout::SAFE_DEFAULT,
         "registry.example/containerd-shim-installer:v0.1.0",
         &shoot,
     );

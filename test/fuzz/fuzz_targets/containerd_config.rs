@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use gardener_extension_containerd_shim::desired_shims::OptionValue;
 use gardener_extension_containerd_shim::installer::containerd::{
-    ContainerdVersion, MemoryHost, Ownership, RuntimeEntry, locate, plan_install, plan_uninstall,
+    ContainerdVersion, ManagedKey, MemoryHost, Ownership, RuntimeEntry, locate, plan_install, plan_uninstall,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -86,12 +86,21 @@ fn entries(spec: &str) -> Vec<RuntimeEntry> {
             let runtime_type = next("io.containerd.spin.v2");
             let runtime_path = next("/opt/containerd-shim/bin/containerd-shim-spin-v2");
             let annotations = next("");
-            let privileged = next("0") == "1";
+            // `1`: privileged; `2`, `3`: where the managed path goes (an OCI runtime's
+            // `options.BinaryName`, or `runtime_type` for containerd 1.6.0 to 1.6.20).
+            let flags = next("0");
+            let privileged = flags == "1";
+            let managed_key = match flags.as_str() {
+                "2" => ManagedKey::BinaryName,
+                "3" => ManagedKey::RuntimeType,
+                _ => ManagedKey::RuntimePath,
+            };
             let options = next("");
             RuntimeEntry {
                 handler,
                 runtime_type,
                 runtime_path,
+                managed_key,
                 pod_annotations: annotations
                     .split(',')
                     .filter(|a| !a.is_empty())
