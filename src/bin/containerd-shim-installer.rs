@@ -98,7 +98,7 @@ struct NodeArgs {
     /// Directory the init containers staged image binaries into.
     #[arg(long, default_value = pod_paths::STAGING_DIR)]
     staging_dir: PathBuf,
-    /// containerd's config file on the host (default: detect the distribution's).
+    /// containerd's config file, a path on the host (default: /etc/containerd/config.toml).
     #[arg(long)]
     containerd_config: Option<PathBuf>,
     /// containerd binary on the host.

@@ -24,6 +24,8 @@ use std::process::Command;
 
 use serde_json::Value;
 
+mod claims;
+
 const BIN: &str = env!("CARGO_BIN_EXE_gardener-extension-containerd-shim");
 const BIN_NAME: &str = "gardener-extension-containerd-shim";
 

@@ -21,8 +21,11 @@ pub enum DesiredError {
         #[source]
         source: ImageVectorError,
     },
+    /// Each pool has a DaemonSet of its own and a pool has one architecture, but the desired
+    /// set names one image per shim for every pool it goes to: per-architecture images are not
+    /// supported.
     #[error(
-        "shim {shim:?}: image {image:?} resolves to different images per architecture ({}); the installer DaemonSet needs one multi-arch image",
+        "shim {shim:?}: image {image:?} resolves to different images per architecture ({}); a shim has one image reference for all its pools, so it needs one multi-arch image",
         .resolved.iter().map(|(arch, image)| format!("{}: {image}", arch.as_str())).collect::<Vec<_>>().join(", ")
     )]
     PerArchImages {
