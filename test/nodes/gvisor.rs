@@ -25,6 +25,9 @@ const OOM_SCORE_ERROR: &str = "failed to set OOM Score on shim";
 /// Where the test puts the built runsc on a node, outside everything the installer owns.
 const TEST_RUNSC_DIR: &str = "/var/lib/gvisor-test";
 
+/// runsc's state root for that container (in the node's /run, a tmpfs of its own).
+const TEST_RUNSC_ROOT: &str = "/run/gvisor-test";
+
 #[tokio::test]
 async fn gvisor_runsc_runs_a_container_on_both_nodes_and_its_shim_is_refused_and_rolled_back() {
     let s = Scenario::start("gvisor").await;
@@ -43,6 +46,9 @@ async fn gvisor_runsc_runs_a_container_on_both_nodes_and_its_shim_is_refused_and
             )
         });
         let id = unique_name("gvisor-ctr");
+        // A state root of its own: runsc's state (its `null-netns` file among it) would
+        // otherwise stay in runc's root of the k8s.io namespace, which runc and crun list.
+        node.run(&["mkdir", "-p", TEST_RUNSC_ROOT]);
         let output = node.run(&[
             "ctr",
             "--namespace",
@@ -53,6 +59,8 @@ async fn gvisor_runsc_runs_a_container_on_both_nodes_and_its_shim_is_refused_and
             "io.containerd.runc.v2",
             "--runc-binary",
             &runsc,
+            "--runc-root",
+            TEST_RUNSC_ROOT,
             s.nodes.image("WORKLOAD_IMAGE"),
             &id,
             "sh",
@@ -60,6 +68,7 @@ async fn gvisor_runsc_runs_a_container_on_both_nodes_and_its_shim_is_refused_and
             "dmesg; cat /proc/version",
         ]);
         std::fs::remove_dir_all(node.path(TEST_RUNSC_DIR)).unwrap();
+        node.run(&["rm", "-rf", TEST_RUNSC_ROOT]);
         assert!(
             output.contains(GVISOR_BOOT_LINE),
             "{}: no gVisor kernel log: {output}",
