@@ -68,7 +68,15 @@ async fn gvisor_runsc_runs_a_container_on_both_nodes_and_its_shim_is_refused_and
             "dmesg; cat /proc/version",
         ]);
         std::fs::remove_dir_all(node.path(TEST_RUNSC_DIR)).unwrap();
-        node.run(&["rm", "-rf", TEST_RUNSC_ROOT]);
+        // runsc leaves its network namespace file bind-mounted in its root.
+        node.run(&[
+            "sh",
+            "-c",
+            &format!(
+                "grep -o ' {TEST_RUNSC_ROOT}/[^ ]*' /proc/self/mountinfo | sort -r | xargs -r umount \
+                 && rm -rf {TEST_RUNSC_ROOT}"
+            ),
+        ]);
         assert!(
             output.contains(GVISOR_BOOT_LINE),
             "{}: no gVisor kernel log: {output}",
