@@ -49,6 +49,12 @@ async fn gvisor_runsc_runs_a_container_on_both_nodes_and_its_shim_is_refused_and
         // A state root of its own: runsc's state (its `null-netns` file among it) would
         // otherwise stay in runc's root of the k8s.io namespace, which runc and crun list.
         node.run(&["mkdir", "-p", TEST_RUNSC_ROOT]);
+        // ctr runs only what the node's image store holds: the CRI pulls the workload from the
+        // registry as a pod's image would be.
+        let workload = s.nodes.image("WORKLOAD_IMAGE");
+        if !node.has_image(workload) {
+            node.run(&["crictl", "pull", workload]);
+        }
         let output = node.run(&[
             "ctr",
             "--namespace",
@@ -61,7 +67,7 @@ async fn gvisor_runsc_runs_a_container_on_both_nodes_and_its_shim_is_refused_and
             &runsc,
             "--runc-root",
             TEST_RUNSC_ROOT,
-            s.nodes.image("WORKLOAD_IMAGE"),
+            workload,
             &id,
             "sh",
             "-c",
