@@ -74,7 +74,7 @@ source "$repo/hack/nodes/lib.sh"
 KUBE_APISERVER="$KUBE_DIR/kube-apiserver"
 KUBE_CONTROLLER_MANAGER="$KUBE_DIR/kube-controller-manager"
 ETCD="$ETCD_DIR/etcd"
-GRM="$GRM_DIR/gardener-resource-manager"
+GRM="$GARDENER_DIR/gardener-resource-manager"
 REGISTRY_BIN="$REGISTRY_DIR/registry"
 
 require_tools() {

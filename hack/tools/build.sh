@@ -5,7 +5,7 @@
 #
 #   hack/tools/build.sh            build everything
 #   hack/tools/build.sh --print    print the cache directory and exit
-#   hack/tools/build.sh kube etcd  build only some (kube etcd grm crds containerd helm containerd1
+#   hack/tools/build.sh kube etcd  build only some (kube etcd gardener crds containerd helm containerd1
 #                                  crictl registry crane rootfs image-debs crun gvisor)
 #
 # A cold build takes tens of minutes on two cores; the Go build cache makes a rebuild fast. The
@@ -68,10 +68,12 @@ build_etcd() {
   build_into "$ETCD_DIR" etcd "-s -w" .
 }
 
-build_grm() {
-  build_into "$GRM_DIR" grm \
+build_gardener() {
+  build_into "$GARDENER_DIR" gardener \
     "-s -w -X github.com/gardener/gardener/pkg/version.gitVersion=$GARDENER_VERSION" \
-    github.com/gardener/gardener/cmd/gardener-resource-manager
+    github.com/gardener/gardener/cmd/gardener-resource-manager \
+    github.com/gardener/gardener/cmd/gardener-node-agent \
+    github.com/gardener/gardener/cmd/gardener-apiserver
 }
 
 # The Gardener CRDs come from the same gardener module version as gardener-resource-manager,
@@ -79,13 +81,14 @@ build_grm() {
 build_crds() {
   if [[ -d "$CRDS_DIR" ]]; then log "up to date: $CRDS_DIR"; return 0; fi
   local src
-  src="$(cd "$here/grm" && go mod download -json github.com/gardener/gardener | sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p')"
+  src="$(cd "$here/gardener" && go mod download -json github.com/gardener/gardener | sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p')"
   [[ -n "$src" ]] || { log "could not locate github.com/gardener/gardener in the module cache"; return 1; }
   local tmp="$CRDS_DIR.partial.$$"
   rm -rf "$tmp"; mkdir -p "$tmp"
   local f
   for f in 10-crd-extensions.gardener.cloud_extensions.yaml \
            10-crd-extensions.gardener.cloud_clusters.yaml \
+           10-crd-extensions.gardener.cloud_operatingsystemconfigs.yaml \
            10-crd-resources.gardener.cloud_managedresources.yaml; do
     cp "$src/example/seed-crds/$f" "$tmp/$f"
   done
@@ -244,7 +247,7 @@ build_image_debs() {
   log "unpacked $IMAGE_PACKAGES into $IMAGE_DEBS_DIR/root"
 }
 
-all=(kube etcd grm crds containerd helm containerd1 crictl registry crane rootfs image-debs crun gvisor)
+all=(kube etcd gardener crds containerd helm containerd1 crictl registry crane rootfs image-debs crun gvisor)
 selected=("$@")
 [[ ${#selected[@]} -gt 0 ]] || selected=("${all[@]}")
 mkdir -p "$TOOLS_CACHE"
@@ -253,7 +256,7 @@ for t in "${selected[@]}"; do
   case "$t" in
     kube) build_kube ;;
     etcd) build_etcd ;;
-    grm) build_grm ;;
+    gardener) build_gardener ;;
     crds) build_crds ;;
     containerd) build_containerd ;;
     helm) build_helm ;;

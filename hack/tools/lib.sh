@@ -3,7 +3,9 @@
 TOOLS_CACHE="${CONTAINERD_SHIM_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gardener-extension-containerd-shim/tools}"
 KUBE_DIR="$TOOLS_CACHE/kubernetes-$KUBERNETES_VERSION"
 ETCD_DIR="$TOOLS_CACHE/etcd-$ETCD_VERSION"
-GRM_DIR="$TOOLS_CACHE/gardener-resource-manager-$GARDENER_VERSION"
+# gardener-resource-manager, gardener-node-agent (the real nodes' unit) and gardener-apiserver
+# (the garden's API for Shoots), all from the one Gardener module version.
+GARDENER_DIR="$TOOLS_CACHE/gardener-$GARDENER_VERSION"
 CRDS_DIR="$TOOLS_CACHE/gardener-crds-$GARDENER_VERSION"
 CONTAINERD_DIR="$TOOLS_CACHE/containerd-$CONTAINERD_VERSION"
 HELM_DIR="$TOOLS_CACHE/helm-$HELM_VERSION"
