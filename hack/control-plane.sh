@@ -19,8 +19,9 @@
 #
 # NODE OPTIONS give the shoot real nodes (hack/nodes/lib.sh): kube-scheduler, kube-proxy and
 # systemd-nspawn machines with containerd and a kubelet.
-#   --nodes FLAVOURS       one node per comma-separated flavour: containerd1 (Debian's 1.x,
-#                          config version 2) or containerd2 (the built 2.x, config version 3)
+#   --nodes FLAVOURS       one node per comma-separated flavour: containerd1 (Debian's 1.6,
+#                          config version 2), containerd17 (the built 1.7, config version 2)
+#                          or containerd2 (the built 2.x, config version 3)
 #   --node-images DIR      push every image of DIR to the registry before the nodes boot;
 #                          the nodes pull them from there, their sandbox image included
 #                          (hack/nodes/images.sh builds them)

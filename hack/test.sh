@@ -42,8 +42,8 @@ step "end-to-end tests of the controller binary (a fresh control plane)"
 hack/control-plane.sh run --dir "$repo/.local/e2e-control-plane" -- \
   cargo test --locked --test e2e -- --test-threads=1
 
-step "tests on real nodes (a control plane with a containerd 1.x and a containerd 2.x node)"
+step "tests on real nodes (a control plane with three nodes: Debian's containerd 1.6, containerd 1.7 and 2.x)"
 hack/nodes/images.sh "$repo/.local/images"
 hack/control-plane.sh run --dir "$repo/.local/nodes-control-plane" \
-  --nodes containerd1,containerd2 --node-images "$repo/.local/images" -- \
+  --nodes containerd1,containerd17,containerd2 --node-images "$repo/.local/images" -- \
   cargo test --locked --test nodes -- --test-threads=1

@@ -149,7 +149,8 @@ printf '#!/bin/sh\necho "this shim always fails" >&2\nexit 1\n' >"$work/containe
 chmod 0755 "$work/containerd-shim-broken-v1" "$work/containerd-shim-fails-v1"
 broken_ref="$(oci_image payload-broken containerd-shim-payload/broken --index \
   --file "$work/containerd-shim-broken-v1=/payload/containerd-shim-broken-v1:0755" \
-  --file "$work/containerd-shim-fails-v1=/payload/containerd-shim-fails-v1:0755")"
+  --file "$work/containerd-shim-fails-v1=/payload/containerd-shim-fails-v1:0755" \
+  --file "$work/containerd-shim-fails-v1=/payload/containerd-shim-wasmtime-v1:0755")"
 
 # The Wasm shim and workloads (hack/nodes/wasm-images.sh adds them to images.list and writes
 # wasm.env).
@@ -189,6 +190,12 @@ image_vector_entry() {
     # architectures as charts/images.yaml, so that the entry replaces the published one).
     image_vector_entry containerd-shim-wasmtime "$WASMTIME_PAYLOAD_IMAGE"
     echo "    architectures: [amd64]"
+    # Two more versions of it for the upgrade tests (catalog-overlay.yaml): the same build
+    # under another version (a new version directory on the node), and one whose shim cannot run.
+    image_vector_entry containerd-shim-wasmtime-next "$WASMTIME_PAYLOAD_IMAGE"
+    echo "    architectures: [amd64]"
+    image_vector_entry containerd-shim-wasmtime-broken "$broken_ref"
+    echo "    architectures: [amd64]"
   fi
 } >"$out/images-overwrite.yaml"
 
@@ -203,6 +210,17 @@ shims:
       local:
         image: containerd-shim-crun-local
 YAML
+if ((with_wasm)); then
+  cat >>"$out/catalog-overlay.yaml" <<YAML
+  # Versions of the catalog's wasmtime entry for the upgrade tests (test/nodes/upgrade.rs).
+  wasmtime:
+    versions:
+      next:
+        image: containerd-shim-wasmtime-next
+      broken:
+        image: containerd-shim-wasmtime-broken
+YAML
+fi
 # --- gVisor: the catalog's gvisor payload as built by hack/tools/build.sh gvisor ---------------
 # runsc and containerd-shim-runsc-v1 at the paths the catalog names, one manifest per platform of
 # the build (linux/amd64 and linux/arm64) in one image index, as a published multi-arch payload

@@ -270,6 +270,17 @@ server = "https://$NODE_REGISTRY"
 TOML
 }
 
+# replace_node_containerd <rootfs> <dir>: a built containerd (containerd, its runc shim, ctr from
+# <dir>) in place of Debian's packaged one, started by the packaged unit.
+replace_node_containerd() {
+  local root="$1" from="$2"
+  rm -f "$root/usr/bin/containerd" "$root/usr/bin/containerd-shim-runc-v2" "$root/usr/bin/ctr" \
+    "$root/usr/bin/containerd-shim" "$root/usr/bin/containerd-shim-runc-v1" "$root/usr/bin/containerd-stress"
+  install -m 0755 "$from/containerd" "$from/containerd-shim-runc-v2" "$from/ctr" "$root/usr/local/bin/"
+  sed 's|^ExecStart=.*|ExecStart=/usr/local/bin/containerd|' \
+    "$root/lib/systemd/system/containerd.service" >"$root/etc/systemd/system/containerd.service"
+}
+
 # prepare_node <index> <flavour>: the node's root file system, a copy of the shared one with its
 # identity, containerd flavour, kubelet, CNI and the cgroup set-up.
 prepare_node() {
@@ -289,15 +300,15 @@ prepare_node() {
     containerd1) write_containerd1_config "$root" ;;
     containerd2)
       # The built containerd 2.x replaces Debian's 1.x binaries on this node.
-      rm -f "$root/usr/bin/containerd" "$root/usr/bin/containerd-shim-runc-v2" "$root/usr/bin/ctr" \
-        "$root/usr/bin/containerd-shim" "$root/usr/bin/containerd-shim-runc-v1" "$root/usr/bin/containerd-stress"
-      install -m 0755 "$CONTAINERD_DIR/containerd" "$CONTAINERD_DIR/containerd-shim-runc-v2" \
-        "$CONTAINERD_DIR/ctr" "$root/usr/local/bin/"
-      sed 's|^ExecStart=.*|ExecStart=/usr/local/bin/containerd|' \
-        "$root/lib/systemd/system/containerd.service" >"$root/etc/systemd/system/containerd.service"
+      replace_node_containerd "$root" "$CONTAINERD_DIR"
       write_containerd2_config "$root"
       ;;
-    *) die "unknown node flavour '$flavour' (known: containerd1 containerd2)" ;;
+    containerd17)
+      # The built containerd 1.7 replaces Debian's 1.6 binaries; its config is 1.x's (version 2).
+      replace_node_containerd "$root" "$CONTAINERD17_DIR"
+      write_containerd1_config "$root"
+      ;;
+    *) die "unknown node flavour '$flavour' (known: containerd1 containerd17 containerd2)" ;;
   esac
   node_registry_hosts "$root"
 

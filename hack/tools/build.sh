@@ -5,7 +5,7 @@
 #
 #   hack/tools/build.sh            build everything
 #   hack/tools/build.sh --print    print the cache directory and exit
-#   hack/tools/build.sh kube etcd  build only some (kube etcd gardener crds containerd helm containerd1
+#   hack/tools/build.sh kube etcd  build only some (kube etcd gardener crds containerd containerd17 helm containerd1
 #                                  crictl registry crane rootfs image-debs crun gvisor)
 #
 # A cold build takes tens of minutes on two cores; the Go build cache makes a rebuild fast. The
@@ -103,6 +103,15 @@ build_containerd() {
     github.com/containerd/containerd/v2/cmd/containerd \
     github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
     github.com/containerd/containerd/v2/cmd/ctr
+}
+
+# containerd 1.7, the release most Gardener nodes run, for the third real-node flavour.
+build_containerd17() {
+  build_into "$CONTAINERD17_DIR" containerd17 \
+    "-s -w -X github.com/containerd/containerd/version.Version=$CONTAINERD17_VERSION" \
+    github.com/containerd/containerd/cmd/containerd \
+    github.com/containerd/containerd/cmd/containerd-shim-runc-v2 \
+    github.com/containerd/containerd/cmd/ctr
 }
 
 build_crictl() {
@@ -247,7 +256,7 @@ build_image_debs() {
   log "unpacked $IMAGE_PACKAGES into $IMAGE_DEBS_DIR/root"
 }
 
-all=(kube etcd gardener crds containerd helm containerd1 crictl registry crane rootfs image-debs crun gvisor)
+all=(kube etcd gardener crds containerd containerd17 helm containerd1 crictl registry crane rootfs image-debs crun gvisor)
 selected=("$@")
 [[ ${#selected[@]} -gt 0 ]] || selected=("${all[@]}")
 mkdir -p "$TOOLS_CACHE"
@@ -259,6 +268,7 @@ for t in "${selected[@]}"; do
     gardener) build_gardener ;;
     crds) build_crds ;;
     containerd) build_containerd ;;
+    containerd17) build_containerd17 ;;
     helm) build_helm ;;
     crictl) build_crictl ;;
     registry) build_registry ;;

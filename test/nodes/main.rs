@@ -20,4 +20,5 @@ mod registry;
 mod removal;
 mod rollout;
 mod scenario;
+mod upgrade;
 mod wasm;

@@ -40,12 +40,16 @@ async fn a_changed_option_rolls_out_node_by_node() {
             (n.name.clone(), r[0])
         })
         .collect();
-    assert!(
-        !restarts[0].1.overlaps(&restarts[1].1),
-        "containerd restarted on both nodes at once: {restarts:?}"
-    );
-    // The DaemonSet rolled node by node: the later of the two new pods was created only
-    // after the earlier one was Ready.
+    for (i, (a, first)) in restarts.iter().enumerate() {
+        for (b, second) in &restarts[i + 1..] {
+            assert!(
+                !first.overlaps(second),
+                "containerd restarted on {a} and {b} at once: {restarts:?}"
+            );
+        }
+    }
+    // The DaemonSet rolled node by node: each new pod was created only after the one before
+    // it was Ready.
     let mut pods: Vec<_> = s
         .installer_pods()
         .await
@@ -53,13 +57,17 @@ async fn a_changed_option_rolls_out_node_by_node() {
         .filter(|p| p.desired_sha256 == after)
         .collect();
     pods.sort_by_key(|p| p.created);
-    assert_eq!(pods.len(), 2, "{pods:?}");
-    let first_ready = pods[0].ready_since.expect("the first new pod is Ready");
-    // Timestamps of the API are whole seconds.
-    assert!(
-        pods[1].created.as_second() >= first_ready.as_second(),
-        "the second node's pod was created before the first was Ready: {pods:?}"
-    );
+    assert_eq!(pods.len(), s.nodes.nodes.len(), "{pods:?}");
+    for pair in pods.windows(2) {
+        let earlier_ready = pair[0].ready_since.expect("the earlier new pod is Ready");
+        // Timestamps of the API are whole seconds.
+        assert!(
+            pair[1].created.as_second() >= earlier_ready.as_second(),
+            "{}'s pod was created before {}'s was Ready: {pods:?}",
+            pair[1].node,
+            pair[0].node
+        );
+    }
     // Each node's containerd restart falls into its own pod's lifetime, in the same order.
     let order: Vec<&str> = pods.iter().map(|p| p.node.as_str()).collect();
     let mut by_restart = restarts.clone();
@@ -119,9 +127,14 @@ async fn a_shim_that_cannot_run_stops_at_the_first_node() {
         message.contains("pod sandbox"),
         "the failure says what went wrong: {message}"
     );
+    let nodes = s.nodes.nodes.len();
+    let counts = format!(
+        "broken: 0/{nodes} nodes verified, {} pending, 1 failed",
+        nodes - 1
+    );
     assert!(
-        message.contains("broken: 0/2 nodes verified, 1 pending, 1 failed"),
-        "the counts show the rollout's state: {message}"
+        message.contains(&counts),
+        "the counts show the rollout's state ({counts}): {message}"
     );
 
     // The rollout stopped: only the failed node has a pod of the new set, and it is not Ready.

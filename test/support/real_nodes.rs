@@ -15,7 +15,7 @@ use super::Env;
 
 /// How to start what these tests need, named in every failure.
 pub const NODES_HINT: &str = "run them with `make test`, or start a control plane with real nodes: \
-     hack/nodes/images.sh .local/images && hack/control-plane.sh up --nodes containerd1,containerd2 --node-images .local/images";
+     hack/nodes/images.sh .local/images && hack/control-plane.sh up --nodes containerd1,containerd17,containerd2 --node-images .local/images";
 
 /// The nodes of the running control plane.
 #[derive(Clone, Debug)]
@@ -302,7 +302,7 @@ impl RealNode {
     pub fn containerd_major(&self) -> u32 {
         let flavour = std::fs::read_to_string(self.dir.join("flavour")).unwrap_or_default();
         match flavour.trim() {
-            "containerd1" => 1,
+            "containerd1" | "containerd17" => 1,
             "containerd2" => 2,
             other => panic!("{}: unknown node flavour {other:?}", self.name),
         }

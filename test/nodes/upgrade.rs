@@ -1,0 +1,269 @@
+//! Shim upgrades on real nodes: a new version of a shim reaches the nodes while pods of it run.
+//! The running pods keep their shim process (and its binary, in the old version's directory),
+//! new pods start the new version, nothing restarts containerd (the configuration names the
+//! stable path `current/<shim>`), and no file a running shim executes is written ("text file
+//! busy" cannot happen). A version that cannot run is rolled back on the first node it reaches,
+//! where the old version keeps serving; the rollout stops there and the Extension's health names
+//! it. Going back to an older version works the same way.
+//!
+//! The versions are those hack/nodes/images.sh offers in the catalog overlay for the catalog's
+//! `wasmtime` entry: its own version, `next` (the same build under another version, so a new
+//! version directory) and `broken` (a shim binary that exits non-zero).
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use crate::scenario::{NODE_TIMEOUT, STATE_DIR, Scenario};
+use crate::support::poll;
+use crate::support::process::http_get_at;
+use crate::support::real_nodes::{RealNode, now_us};
+
+/// The catalog's own version of the `wasmtime` entry (src/shim/config/catalog.yaml).
+const CATALOG_VERSION: &str = "0.1.0";
+const HTTP_BODY: &str = "hello from wasm http on containerd-shim";
+const SHIM_BINARY: &str = "containerd-shim-wasmtime-v1";
+
+fn wasmtime(version: &str) -> Value {
+    json!([{"name": "wasmtime", "version": version}])
+}
+
+/// The version directory `current/wasmtime` points at on a node (`<version>-<digest12>`).
+fn active_dir(node: &RealNode) -> String {
+    std::fs::read_link(node.path(&format!("{STATE_DIR}/current/wasmtime")))
+        .map(|target| target.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Waits until every node serves this version of the shim.
+async fn wait_active_everywhere(s: &Scenario, version: &str) {
+    let wanted = format!("/{version}-");
+    poll::until(
+        &format!("every node switched current/wasmtime to {version}"),
+        NODE_TIMEOUT,
+        || async {
+            let dirs: BTreeMap<String, String> = s
+                .nodes
+                .nodes
+                .iter()
+                .map(|n| (n.name.clone(), active_dir(n)))
+                .collect();
+            if dirs.values().all(|d| d.contains(&wanted)) {
+                Ok(())
+            } else {
+                Err(format!("{dirs:?}"))
+            }
+        },
+    )
+    .await;
+}
+
+/// The executables of the node's running wasmtime shim processes, by process id. runwasi's
+/// shim runs one process per pod sandbox, so each pod's shim shows which version it runs.
+fn shim_executables(node: &RealNode) -> BTreeMap<u32, String> {
+    let script = format!(
+        "for d in /proc/[0-9]*; do e=$(readlink \"$d/exe\" 2>/dev/null) || continue; \
+         case \"$e\" in */{SHIM_BINARY}*) echo \"${{d#/proc/}} $e\";; esac; done"
+    );
+    node.run(&["sh", "-c", &script])
+        .lines()
+        .filter_map(|line| {
+            let (pid, exe) = line.split_once(' ')?;
+            Some((pid.parse().ok()?, exe.to_string()))
+        })
+        .collect()
+}
+
+/// Starts the HTTP module under the wasmtime RuntimeClass on `node`, checks its answer, and
+/// returns the pod's name and the executable of the shim process it added.
+async fn serve_http(s: &Scenario, node: &RealNode) -> (String, String) {
+    let before = shim_executables(node);
+    let pod = s
+        .create_pod(
+            node,
+            "wasm-http",
+            json!({"runtimeClassName": "wasmtime",
+                   "containers": [{"name": "http", "image": s.nodes.image("WASM_HTTP_IMAGE"),
+                                   "imagePullPolicy": "IfNotPresent"}]}),
+        )
+        .await;
+    s.wait_pod_running(&pod).await;
+    assert_answers(s, &pod, node).await;
+    let added: Vec<String> = shim_executables(node)
+        .into_iter()
+        .filter(|(pid, _)| !before.contains_key(pid))
+        .map(|(_, exe)| exe)
+        .collect();
+    assert_eq!(
+        added.len(),
+        1,
+        "{}: one shim process for the pod {pod}: {added:?}",
+        node.name
+    );
+    (pod, added[0].clone())
+}
+
+async fn assert_answers(s: &Scenario, pod: &str, node: &RealNode) {
+    let port: u16 = s
+        .nodes
+        .image("WASM_HTTP_PORT")
+        .parse()
+        .expect("WASM_HTTP_PORT");
+    let ip = s.pod_ip(pod).await;
+    let (status, body) = poll::until(
+        &format!("an HTTP answer from {pod} on {}", node.name),
+        NODE_TIMEOUT,
+        || async { http_get_at(ip, port, "/").await },
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains(HTTP_BODY), "{}: {body:?}", node.name);
+}
+
+#[tokio::test]
+async fn a_shim_upgrade_keeps_running_pods_and_a_version_that_cannot_run_is_rolled_back() {
+    let s = Scenario::start("upgrade").await;
+    s.apply(wasmtime(CATALOG_VERSION)).await;
+    s.wait_rolled_out().await;
+    s.wait_verified_everywhere("wasmtime").await;
+    wait_active_everywhere(&s, CATALOG_VERSION).await;
+
+    let mut old = Vec::new();
+    for node in &s.nodes.nodes {
+        let (pod, exe) = serve_http(&s, node).await;
+        assert!(
+            exe.contains(&format!("/versions/wasmtime/{CATALOG_VERSION}-")),
+            "{}: {exe}",
+            node.name
+        );
+        let id = s.container_id(&pod).await;
+        old.push((node, pod, id, exe));
+    }
+
+    // Up: a new version directory, one atomic switch of current/wasmtime, no restart.
+    let started = now_us();
+    s.apply(wasmtime("next")).await;
+    s.wait_rolled_out().await;
+    wait_active_everywhere(&s, "next").await;
+    s.wait_verified_everywhere("wasmtime").await;
+    for (node, pod, id, exe) in &old {
+        assert!(
+            node.containerd_restarts(started).is_empty(),
+            "{}: the configuration did not change, yet containerd restarted",
+            node.name
+        );
+        // The running pod kept its shim process, which still executes the old version's file.
+        s.wait_pod_running(pod).await;
+        assert_eq!(&s.container_id(pod).await, id, "{}: restarted", node.name);
+        assert_answers(&s, pod, node).await;
+        let running = shim_executables(node);
+        assert!(
+            running.values().any(|e| e == exe),
+            "{}: no shim process runs {exe} any more: {running:?}",
+            node.name
+        );
+        assert!(
+            node.exists(exe),
+            "{}: {exe} was removed while its shim runs",
+            node.name
+        );
+        // A new pod starts the new version.
+        let (_, new_exe) = serve_http(&s, node).await;
+        assert!(
+            new_exe.contains("/versions/wasmtime/next-"),
+            "{}: the new pod runs {new_exe}",
+            node.name
+        );
+    }
+
+    // A version that cannot run: the first node that gets it fails verification and switches
+    // back; the rollout stops there and the health names the shim and the node.
+    let configs = s.nodes.containerd_configs();
+    s.apply(wasmtime("broken")).await;
+    let message = s
+        .wait_health("to name the failed shim", |m| {
+            m.contains("wasmtime on node-")
+        })
+        .await;
+    let failed = s
+        .nodes
+        .nodes
+        .iter()
+        .find(|n| message.contains(&format!("wasmtime on {}:", n.name)))
+        .unwrap_or_else(|| panic!("no node named in {message:?}"));
+    let halted = s.current_desired_sha256().await;
+    poll::until(
+        &format!("{} switched back to next", failed.name),
+        NODE_TIMEOUT,
+        || async {
+            let dir = active_dir(failed);
+            if dir.contains("/next-") {
+                Ok(())
+            } else {
+                Err(dir)
+            }
+        },
+    )
+    .await;
+    for ((node, pod, id, _), before) in old.iter().zip(&configs) {
+        assert_eq!(
+            &node.containerd_config(),
+            before,
+            "{}: the configuration changed",
+            node.name
+        );
+        assert!(
+            active_dir(node).contains("/next-"),
+            "{}: serves {}",
+            node.name,
+            active_dir(node)
+        );
+        s.wait_pod_running(pod).await;
+        assert_eq!(&s.container_id(pod).await, id, "{}: restarted", node.name);
+    }
+    // The failed node keeps serving the version it had: its label stays and a new pod runs.
+    let labels = s.node_labels().await;
+    assert_eq!(
+        labels[&failed.name]
+            .get("containerd-shim.extensions.gardener.cloud/wasmtime")
+            .map(String::as_str),
+        Some("ready"),
+        "{}: {:?}",
+        failed.name,
+        labels[&failed.name]
+    );
+    let (_, exe) = serve_http(&s, failed).await;
+    assert!(exe.contains("/versions/wasmtime/next-"), "{exe}");
+    // Only the failed node got a pod of the broken set.
+    let pods = s.installer_pods().await;
+    let on_broken: Vec<&str> = pods
+        .iter()
+        .filter(|p| p.desired_sha256 == halted)
+        .map(|p| p.node.as_str())
+        .collect();
+    assert_eq!(on_broken, [failed.name.as_str()], "{pods:?}");
+
+    // Down: back to the catalog's version, which works like an upgrade.
+    let started = now_us();
+    s.apply(wasmtime(CATALOG_VERSION)).await;
+    s.wait_rolled_out().await;
+    wait_active_everywhere(&s, CATALOG_VERSION).await;
+    s.wait_health("without failures", |m| !m.contains("failed"))
+        .await;
+    for node in &s.nodes.nodes {
+        assert!(
+            node.containerd_restarts(started).is_empty(),
+            "{}: containerd restarted for a downgrade",
+            node.name
+        );
+        let (_, exe) = serve_http(&s, node).await;
+        assert!(
+            exe.contains(&format!("/versions/wasmtime/{CATALOG_VERSION}-")),
+            "{}: the new pod runs {exe}",
+            node.name
+        );
+    }
+
+    s.delete_workloads_except(&[]).await;
+    s.delete().await;
+}
