@@ -6,8 +6,19 @@
 //! on this module and on nothing of each other, so the installer never links the controller's
 //! Kubernetes-facing code and the controller never reasons about host files.
 //!
-//! The format is JSON with a schema number. A new installer must keep reading every schema an
-//! older controller may still have rendered; a field added later is optional.
+//! The format is JSON with a schema number, and the schema policy (docs/operations.md,
+//! "Upgrades") is what lets the controller and the installers of neighbouring releases run
+//! together:
+//!
+//! - Any change of the written format (a field added, renamed or removed, a new enum value) is
+//!   a new schema number: both sides refuse unknown fields, so a change within one number would
+//!   stop installers of the release before at the first document of the new shape.
+//! - A controller writes one schema, [`SCHEMA`]; an installer reads that one and the one before
+//!   ([`OLDEST_READ_SCHEMA`], "N-1"), so that a controller rolled back by one release still
+//!   drives the newer installers.
+//! - Every schema a release wrote is kept as golden documents in `test/golden/desired-set/`,
+//!   pinned by digest: a test refuses a change to them and checks which of them this build
+//!   reads.
 
 use std::collections::BTreeMap;
 
@@ -15,6 +26,9 @@ use serde::{Deserialize, Serialize};
 
 /// The schema this build writes and the newest it reads.
 pub const SCHEMA: u32 = 1;
+
+/// The oldest schema this build reads: the one before [`SCHEMA`] ("N-1"), or 1.
+pub const OLDEST_READ_SCHEMA: u32 = if SCHEMA > 1 { SCHEMA - 1 } else { 1 };
 
 /// ConfigMap key (and file name in the installer's mount) that holds the serialised set.
 pub const CONFIG_MAP_KEY: &str = "desired-shims.json";
@@ -281,7 +295,10 @@ impl DesiredShims {
         serde_json::to_string_pretty(self).unwrap_or_default()
     }
 
-    /// Parses the ConfigMap value, rejecting unknown schemas and fields.
+    /// Parses the ConfigMap value, rejecting schemas outside
+    /// [`OLDEST_READ_SCHEMA`]`..=`[`SCHEMA`] and unknown fields. A document of the schema before
+    /// this one is converted to this one's types (once there is such a schema, its decoder
+    /// lives beside this function).
     pub fn from_json(text: &str) -> Result<Self, DesiredShimsError> {
         let value: serde_json::Value =
             serde_json::from_str(text).map_err(DesiredShimsError::Json)?;
@@ -299,7 +316,10 @@ impl DesiredShims {
 pub enum DesiredShimsError {
     #[error("desired shim set is not valid JSON of schema {SCHEMA}: {0}")]
     Json(serde_json::Error),
-    #[error("desired shim set has schema {0:?}; this installer reads schema {SCHEMA}")]
+    #[error(
+        "desired shim set has schema {}; this installer reads schemas {OLDEST_READ_SCHEMA} to {SCHEMA}",
+        .0.map_or_else(|| "none".to_string(), |s| s.to_string())
+    )]
     Schema(Option<u64>),
 }
 
@@ -356,11 +376,166 @@ mod tests {
             r#"{"schema":2,"mode":"Install","rollout":{"maxConcurrentRestarts":1}}"#,
         )
         .unwrap_err();
-        assert!(err.to_string().contains("schema Some(2)"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("has schema 2; this installer reads schemas 1 to 1"),
+            "{err}"
+        );
+        let err = DesiredShims::from_json(r#"{"mode":"Install"}"#).unwrap_err();
+        assert!(err.to_string().contains("has schema none"), "{err}");
         let err = DesiredShims::from_json(
             r#"{"schema":1,"mode":"Install","rollout":{"maxConcurrentRestarts":1},"extra":1}"#,
         )
         .unwrap_err();
         assert!(err.to_string().contains("extra"), "{err}");
+    }
+
+    /// The documents each released schema was written as, pinned by their sha256: a released
+    /// schema's documents never change (a changed format is a new schema). Add a line when a
+    /// release writes a new schema; never edit one.
+    const RELEASED: &[(u32, &str, &str)] = &[
+        (
+            1,
+            "install.json",
+            "8b2a8138f351c72d6071f0c9e504782d34f717748481eb67623a572ef90bddb8",
+        ),
+        (
+            1,
+            "uninstall.json",
+            "44996a906d7db364472f3dc6dbfc12927a93f0817a3b3e8a3686ee91a9de4979",
+        ),
+    ];
+
+    fn golden_dir() -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("test/golden/desired-set")
+    }
+
+    /// A set that uses every field of the format, so that any change of the written shape
+    /// shows in its document.
+    fn every_field() -> DesiredShims {
+        let mut url = spin();
+        url.pod_annotations = vec!["example.com/trace".into()];
+        url.worker_pools = vec!["worker-a".into()];
+        let image = DesiredShim {
+            name: "gvisor".into(),
+            handler: "runsc".into(),
+            runtime_type: "io.containerd.runsc.v1".into(),
+            version: "v1".into(),
+            binaries: vec![Binary {
+                name: "runsc".into(),
+                source: BinarySource::Image {
+                    image: "registry.example.com/gvisor@sha256:".to_string() + &"b".repeat(64),
+                    path: "/payload/runsc".into(),
+                    sha256: BTreeMap::from([(Arch::Arm64, "c".repeat(64))]),
+                },
+            }],
+            oci_runtime: true,
+            options: BTreeMap::from([
+                (
+                    "ConfigPath".into(),
+                    OptionValue::String(format!("{CONFIG_DIR_PLACEHOLDER}/runsc.toml")),
+                ),
+                ("Priority".into(), OptionValue::Int(-3)),
+                ("SystemdCgroup".into(), OptionValue::Bool(false)),
+            ]),
+            pod_annotations: vec![],
+            privileged_without_host_devices: true,
+            config_files: vec![ConfigFile {
+                name: "runsc.toml".into(),
+                content: format!("binary_name = \"{BIN_DIR_PLACEHOLDER}/runsc\"\n"),
+            }],
+            node_selector: BTreeMap::from([("example.com/sandbox".into(), "true".into())]),
+            worker_pools: vec![],
+        };
+        DesiredShims {
+            schema: SCHEMA,
+            mode: Mode::Install,
+            shims: vec![image, url],
+            rollout: Rollout {
+                max_concurrent_restarts: 2,
+            },
+        }
+    }
+
+    fn sha256(text: &str) -> String {
+        use sha2::{Digest, Sha256};
+        Sha256::digest(text.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    /// What this build writes is the newest released schema's documents, byte for byte: a
+    /// change of the format without a new schema fails here. `UPDATE_GOLDEN=1` writes the
+    /// documents of a schema that is not released yet (not in `RELEASED`), never of one that is.
+    #[test]
+    fn this_build_writes_its_schema_s_released_documents() {
+        let written = [
+            ("install.json", every_field().to_json()),
+            (
+                "uninstall.json",
+                DesiredShims::uninstall(Rollout {
+                    max_concurrent_restarts: 1,
+                })
+                .to_json(),
+            ),
+        ];
+        let dir = golden_dir().join(format!("schema-{SCHEMA}"));
+        let released = RELEASED.iter().any(|(schema, _, _)| *schema == SCHEMA);
+        if std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| v == "1") && !released {
+            std::fs::create_dir_all(&dir).unwrap();
+            for (name, text) in &written {
+                std::fs::write(dir.join(name), text).unwrap();
+            }
+        }
+        assert!(
+            released,
+            "schema {SCHEMA} is not in RELEASED: add its documents' digests"
+        );
+        for (name, text) in &written {
+            let path = dir.join(name);
+            let stored = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert_eq!(
+                &stored, text,
+                "this build writes {name} differently from released schema {SCHEMA}: a changed \
+                 format is a new schema (SCHEMA + 1, its documents in test/golden/desired-set/)"
+            );
+        }
+    }
+
+    /// Released documents never change, this build reads every schema from N-1 to N, and
+    /// refuses the older ones with an error that names what it reads.
+    #[test]
+    fn released_schemas_are_pinned_and_n_minus_1_is_read() {
+        for (schema, name, digest) in RELEASED {
+            let path = golden_dir().join(format!("schema-{schema}")).join(name);
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert_eq!(
+                &sha256(&text),
+                digest,
+                "{} changed: released documents are fixed",
+                path.display()
+            );
+            let read = DesiredShims::from_json(&text);
+            if (OLDEST_READ_SCHEMA..=SCHEMA).contains(schema) {
+                let set = read.unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                assert_eq!(set.schema, SCHEMA, "{}: converted", path.display());
+            } else {
+                let err = read.expect_err("older than N-1 is refused").to_string();
+                assert!(
+                    err.contains(&format!("reads schemas {OLDEST_READ_SCHEMA} to {SCHEMA}")),
+                    "{err}"
+                );
+            }
+        }
+        // N-1 is always covered: its documents stay while this build reads them.
+        for schema in OLDEST_READ_SCHEMA..=SCHEMA {
+            assert!(
+                RELEASED.iter().any(|(s, _, _)| *s == schema),
+                "schema {schema} is read by this build but has no released documents"
+            );
+        }
     }
 }
