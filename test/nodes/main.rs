@@ -16,6 +16,7 @@ mod support;
 mod disruption;
 mod gvisor;
 mod install;
+mod node_selector;
 mod registry;
 mod removal;
 mod rollout;
