@@ -20,5 +20,6 @@ mod installer_budget;
 mod installer_download;
 mod installer_host;
 mod request_budget;
+mod shim_force_delete;
 mod shim_lifecycle;
 mod shim_removal_races;
