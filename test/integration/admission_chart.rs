@@ -290,6 +290,11 @@ runtime:
         err.contains("failurePolicy must be Fail or Ignore"),
         "{err}"
     );
-    let err = render(&chart(), &[]).unwrap_err();
+    // Neither part renders without what it cannot default.
+    let app = helm::repo_file("charts/admission/charts/application");
+    let err = render(&app, &[]).unwrap_err();
     assert!(err.contains("caBundle is required"), "{err}");
+    let runtime = helm::repo_file("charts/admission/charts/runtime");
+    let err = render(&runtime, &[]).unwrap_err();
+    assert!(err.contains("tls.crt is required"), "{err}");
 }
