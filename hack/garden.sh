@@ -10,7 +10,7 @@
 GARDENER_APISERVER="$GARDENER_DIR/gardener-apiserver"
 
 # The group versions gardener-apiserver serves, each registered as an APIService.
-GARDEN_API_VERSIONS="v1beta1.core.gardener.cloud v1.core.gardener.cloud v1alpha1.security.gardener.cloud v1alpha1.seedmanagement.gardener.cloud v1alpha1.settings.gardener.cloud v1alpha1.operations.gardener.cloud"
+GARDEN_API_VERSIONS="v1beta1.core.gardener.cloud v1.core.gardener.cloud v1alpha1.security.gardener.cloud v1alpha1.seedmanagement.gardener.cloud v1alpha1.operations.gardener.cloud"
 
 garden_require_tools() {
   [[ -x "$GARDENER_APISERVER" ]] || die "$GARDENER_APISERVER is missing: build it with 'make tools' (hack/tools/build.sh)"

@@ -317,7 +317,7 @@ async fn shoots_without_the_extension_are_never_sent_to_the_webhook() {
     apply(&api, &without, false).await.unwrap();
     let mut disabled = ours(json!([{"name": "crun", "workerPools": ["nope"]}]));
     disabled["disabled"] = json!(true);
-    let switched_off = shoot(&namespace, "switched-off", workers(), json!([disabled]));
+    let switched_off = shoot(&namespace, "off", workers(), json!([disabled]));
     apply(&api, &switched_off, false).await.unwrap();
     shoots(&garden, &namespace)
         .patch(

@@ -124,12 +124,13 @@ impl Garden {
             CORE,
             "v1beta1",
             json!({"apiVersion": "core.gardener.cloud/v1beta1", "kind": "CloudProfile",
-                   "metadata": {"name": "local"},
+                   "metadata": {"name": "local-gvisor"},
                    "spec": {
                        "type": "local",
                        "kubernetes": {"versions": [{"version": "1.33.2"}]},
                        "machineImages": [{"name": "local", "versions": [{
-                           "version": "1.0.0", "cri": [{"name": "containerd"}],
+                           "version": "1.0.0",
+                           "cri": [{"name": "containerd", "containerRuntimes": [{"type": "gvisor"}]}],
                            "architectures": ["amd64", "arm64"]}]}],
                        "machineTypes": [
                            {"name": "local", "cpu": "1", "gpu": "0", "memory": "1Gi", "usable": true, "architecture": "amd64"},
@@ -181,7 +182,7 @@ pub fn shoot(namespace: &str, name: &str, workers: Value, extensions: Value) -> 
         "kind": "Shoot",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
-            "cloudProfile": {"kind": "CloudProfile", "name": "local"},
+            "cloudProfile": {"kind": "CloudProfile", "name": "local-gvisor"},
             "region": "local",
             "credentialsBindingName": "local",
             "kubernetes": {"version": "1.33.2"},
