@@ -28,6 +28,9 @@
 #   --node-pool POOL       the nodes' worker pool label (default worker-a)
 #   --node-prefix PREFIX   node names are PREFIX1, PREFIX2, ... (default node-)
 #
+# --garden adds a garden: gardener-apiserver with an etcd of its own, serving core.gardener.cloud
+# (Shoots) behind the seed kube-apiserver (hack/garden.sh); DIR/env then has GARDEN_KUBECONFIG.
+#
 # Everything binds to 127.0.0.1, except, with nodes, the shoot API server, the registry and the
 # kubelets, which bind to addresses on lo that pods and nodes reach. Every process started is
 # recorded by PID in DIR/pids and is stopped on exit, on failure and on Ctrl-C. DIR/env holds
@@ -46,6 +49,7 @@ NODE_IMAGES=""
 NODE_POOL="worker-a"
 NODE_NAME_PREFIX="node-"
 exec_node=""
+GARDEN=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --dir) dir="$2"; shift 2 ;;
@@ -53,6 +57,7 @@ while [[ $# -gt 0 ]]; do
     --node-images) NODE_IMAGES="$(cd "$2" && pwd)"; shift 2 ;;
     --node-pool) NODE_POOL="$2"; shift 2 ;;
     --node-prefix) NODE_NAME_PREFIX="$2"; shift 2 ;;
+    --garden) GARDEN=1; shift ;;
     --) shift; break ;;
     -*) echo "unknown argument: $1" >&2; exit 2 ;;
     *)
@@ -71,6 +76,8 @@ log() { printf '[control-plane %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 # shellcheck source=nodes/lib.sh
 source "$repo/hack/nodes/lib.sh"
+# shellcheck source=garden.sh
+source "$repo/hack/garden.sh"
 
 KUBE_APISERVER="$KUBE_DIR/kube-apiserver"
 KUBE_CONTROLLER_MANAGER="$KUBE_DIR/kube-controller-manager"
@@ -423,11 +430,13 @@ NODES=$(IFS=,; echo "${names[*]}")
 NODE_POOL=$NODE_POOL
 NODE_IMAGES=$NODE_IMAGES
 ENV
+  [[ ! -f "$dir/garden.env" ]] || cat "$dir/garden.env" >>"$dir/env.partial"
   mv "$dir/env.partial" "$dir/env"
 }
 
 up() {
   require_tools
+  ((GARDEN == 0)) || garden_require_tools
   if ((NODE_COUNT > 0)); then
     nodes_require_tools
     nodes_lock
@@ -449,6 +458,7 @@ up() {
     REGISTRY_ADDRESS="127.0.0.1:$(free_port)"
   fi
   gen_certs
+  ((GARDEN == 0)) || garden_certs
   write_audit_policy
   ADMIN_TOKEN="$(random_token)"
   CONTROLLER_TOKEN="$(random_token)"
@@ -485,7 +495,8 @@ up() {
     read -r -a kcm_args <<<"$(shoot_kcm_node_args)"
   fi
   # shellcheck disable=SC2046
-  start_apiserver seed-apiserver "$SEED_PORT" /seed 127.0.0.1 $(seed_apiserver_args)
+  start_apiserver seed-apiserver "$SEED_PORT" /seed 127.0.0.1 $(seed_apiserver_args) \
+    $( ((GARDEN == 0)) || garden_seed_apiserver_args)
   start_apiserver shoot-apiserver "$SHOOT_PORT" /shoot "$shoot_host" "${shoot_args[@]}"
   write_registry_config
   start_registry
@@ -517,6 +528,7 @@ up() {
     wait_for "CRD $f" 60 crd_established "$SEED_PORT" "$ADMIN_TOKEN" "$f"
   done
   log "Gardener CRDs from $CRDS_DIR established in the seed"
+  ((GARDEN == 0)) || garden_up
 
   write_grm_config
   start gardener-resource-manager "$GRM" --config="$dir/grm-config.yaml"

@@ -42,6 +42,10 @@ step "end-to-end tests of the controller binary (a fresh control plane)"
 hack/control-plane.sh run --dir "$repo/.local/e2e-control-plane" -- \
   cargo test --locked --test e2e -- --test-threads=1
 
+step "admission webhook behind a real gardener-apiserver (a control plane with a garden)"
+hack/control-plane.sh run --dir "$repo/.local/garden-control-plane" --garden -- \
+  cargo test --locked --test garden
+
 step "tests on real nodes (a control plane with three nodes: Debian's containerd 1.6, containerd 1.7 and 2.x)"
 hack/nodes/images.sh "$repo/.local/images"
 hack/control-plane.sh run --dir "$repo/.local/nodes-control-plane" \

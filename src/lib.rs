@@ -11,7 +11,11 @@
 //! - [`installer`]: the node installer that runs in the shoot. It uses neither of the above;
 //!   it shares only [`desired_shims`], the data the controller hands to it, and
 //!   [`user_agent`], how every client of the crate names itself to the API server.
+//!
+//! [`admission`], the garden-side webhook for Shoots, runs the extension's own validation
+//! ([`shim`]) on the whole Shoot.
 
+pub mod admission;
 pub mod desired_shims;
 pub mod gardener;
 pub mod installer;

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use gardener_extension_containerd_shim::admission::server::{self as admission, AdmissionOptions};
 use gardener_extension_containerd_shim::gardener::runtime::{self, Manager, RuntimeOptions};
 use gardener_extension_containerd_shim::shim::controllers::{
     self, CONTROLLERS, CatalogOptions, ControllerOptions, SetupError,
@@ -31,6 +32,10 @@ enum Command {
     /// Print the shoot bundle an Extension or a bare providerConfig would produce, without a
     /// cluster. Invalid input fails with the error the controller would report.
     Render(RenderArgs),
+    /// Run the admission webhook in the garden: the Gardener API server sends it the Shoots
+    /// that list the extension, and it refuses on `kubectl apply` what the controller would
+    /// refuse in the seed (same code, same catalog flags), plus what only the whole Shoot shows.
+    Admission(Box<AdmissionOptions>),
 }
 
 #[derive(Debug, clap::Args)]
@@ -62,6 +67,7 @@ fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Run(args) => run(*args),
         Command::Render(args) => render(args),
+        Command::Admission(options) => run_admission(*options),
     }
 }
 
@@ -117,4 +123,28 @@ async fn serve(args: RunArgs) -> Result<(), SetupError> {
     let mut manager = Manager::new(args.runtime, EXTENSION_NAME, CONTROLLERS).await?;
     controllers::add_controllers(&mut manager, &args.controllers)?;
     Ok(manager.run().await?)
+}
+
+fn run_admission(options: AdmissionOptions) -> ExitCode {
+    if let Err(e) = runtime::logging::init(options.log_level, options.log_format) {
+        eprintln!("{e}");
+        return ExitCode::FAILURE;
+    }
+    let tokio = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(error = %e, "Failed to start the async runtime");
+            return ExitCode::FAILURE;
+        }
+    };
+    match tokio.block_on(admission::run(options)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "Admission stopped with an error");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -125,15 +125,22 @@ pub enum SetupError {
 pub fn load_catalog_and_images(
     options: &CatalogOptions,
 ) -> Result<(Catalog, crate::gardener::imagevector::ImageVector), SetupError> {
+    let catalog = load_catalog(options)?;
+    let images = images::image_vector()?;
+    images::check_catalog_images(&images, &catalog).map_err(SetupError::CatalogImages)?;
+    Ok((catalog, images))
+}
+
+/// The catalog with the operator's overlay and custom-shim rules: all that validating a
+/// providerConfig needs (the admission webhook loads no image vector).
+pub fn load_catalog(options: &CatalogOptions) -> Result<Catalog, SetupError> {
     let mut catalog = Catalog::load(options.shim_catalog_overlay.as_deref())?;
     catalog.custom_shims = CustomShimPolicy::new(
         options.allow_custom_shims,
         &options.custom_shim_download_hosts,
         &options.custom_shim_image_registries,
     )?;
-    let images = images::image_vector()?;
-    images::check_catalog_images(&images, &catalog).map_err(SetupError::CatalogImages)?;
-    Ok((catalog, images))
+    Ok(catalog)
 }
 
 /// Adds this extension's controllers to the manager. Nothing runs until `manager.run()`.

@@ -7,6 +7,8 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod admission_chart;
+mod admission_server;
 mod chart;
 mod containerd_config;
 mod examples;

@@ -30,7 +30,7 @@
 pub mod context;
 pub mod error;
 pub mod heartbeat;
-mod http;
+pub(crate) mod http;
 pub mod leader;
 mod lifecycle;
 pub mod logging;
