@@ -8,6 +8,7 @@
 mod support;
 
 mod chart;
+mod chart_oci;
 mod containerd_config;
 mod examples;
 mod gardener_extension;
@@ -19,6 +20,7 @@ mod healthcheck_backlog;
 mod installer_budget;
 mod installer_download;
 mod installer_host;
+mod release;
 mod request_budget;
 mod shim_lifecycle;
 mod shim_removal_races;
