@@ -121,6 +121,7 @@ fn release_pushes_every_image_for_its_platforms_and_the_chart() {
         format!("{target}/charts/gardener/extensions/gardener-extension-containerd-shim:{version}")
     );
     let pulled = dir.path().join("pulled");
+    std::fs::create_dir(&pulled).expect("the pull destination");
     let (repository, _) = chart.rsplit_once(':').expect("the chart has a tag");
     let pull = |args: &[&str]| {
         let output = Command::new(helm::helm_bin())
