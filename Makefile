@@ -1,7 +1,7 @@
 # The two commands a new machine needs are `make local` and `make test` (see README.md).
 SHELL := /usr/bin/env bash
 
-.PHONY: local test tools tools-modules control-plane check generate bench fuzz images chart clean
+.PHONY: local test tools tools-modules control-plane check generate bench fuzz images release chart clean
 
 ## local: the playground: control plane, two real nodes, the controller installing crun on them and a pod under it (Ctrl-C stops all).
 local: tools
@@ -49,9 +49,14 @@ generate:
 	UPDATE_GOLDEN=1 cargo test --locked --lib
 	hack/generate-controller-registration.sh example/controller-registration.yaml
 
-## images: build the controller and installer images with docker (hack/images/build.sh; not run by CI).
-images:
-	hack/images/build.sh
+## images: build every published image as OCI layouts into .local/release, without pushing (hack/release.sh --no-push).
+images: tools
+	hack/release.sh --no-push "$${REGISTRY:-europe-docker.pkg.dev/gardener-project/public}"
+
+## release: build every image, the chart and the registration and push them to REGISTRY (hack/release.sh).
+release: tools
+	@test -n "$(REGISTRY)" || { echo "usage: make release REGISTRY=<registry>[/<path>]" >&2; exit 2; }
+	hack/release.sh "$(REGISTRY)"
 
 ## chart: lint and package the seed chart into .local/chart (hack/package-chart.sh).
 chart: tools

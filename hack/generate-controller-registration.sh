@@ -6,7 +6,9 @@
 #
 #   hack/generate-controller-registration.sh [OUTPUT]
 #
-# CHART_REPOSITORY overrides the OCI repository the chart is pushed to (hack/package-chart.sh).
+# CHART_REPOSITORY overrides the OCI repository the chart is pushed to (hack/package-chart.sh);
+# with CHART_DIGEST (sha256:…, what `helm push` reported) the ControllerDeployment pins the
+# chart by digest (hack/release.sh writes that form; the digest wins over the tag in Gardener).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
@@ -18,6 +20,8 @@ version="$(sed -n 's/^version = "\(.*\)"$/\1/p' "$repo/Cargo.toml" | head -n 1)"
 chart_name="$(sed -n 's/^name: //p' "$chart_dir/Chart.yaml" | head -n 1)"
 [[ -n "$version" ]] || { echo "no version in Cargo.toml" >&2; exit 1; }
 [[ -n "$chart_name" ]] || { echo "no name in $chart_dir/Chart.yaml" >&2; exit 1; }
+[[ -z "${CHART_DIGEST:-}" || "$CHART_DIGEST" =~ ^sha256:[0-9a-f]{64}$ ]] \
+  || { echo "CHART_DIGEST=$CHART_DIGEST is not sha256:<64 hex digits>" >&2; exit 1; }
 
 render() {
   cat <<YAML
@@ -54,8 +58,16 @@ metadata:
   name: containerd-shim
 helm:
   ociRepository:
-    ref: $chart_repository/$chart_name:$version
+$(oci_repository)
 YAML
+}
+
+oci_repository() {
+  if [[ -n "${CHART_DIGEST:-}" ]]; then
+    printf '    repository: %s\n    tag: "%s"\n    digest: %s\n' "$chart_repository/$chart_name" "$version" "$CHART_DIGEST"
+  else
+    printf '    ref: %s\n' "$chart_repository/$chart_name:$version"
+  fi
 }
 
 if [[ $# -gt 0 ]]; then

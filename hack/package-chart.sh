@@ -8,7 +8,9 @@
 # chart is a link to charts/images.yaml, the one image vector; `helm package` stores its
 # content, so the packaged chart finds the controller image without the repository.
 # --push uploads the package to oci://$CHART_REPOSITORY, the repository the generated
-# ControllerDeployment (example/controller-registration.yaml) refers to.
+# ControllerDeployment (example/controller-registration.yaml) refers to, and prints helm's
+# report (`Pushed: …`, `Digest: sha256:…`); CHART_CA_FILE names a CA bundle the registry's
+# certificate is checked against (helm push --ca-file).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 set -a
@@ -34,5 +36,7 @@ package="$("$HELM_BIN" package "$chart" --destination "$out" | sed -n 's/^Succes
 [[ -f "$package" ]] || { echo "helm package did not report a package" >&2; exit 1; }
 echo "$package"
 if ((push)); then
-  "$HELM_BIN" push "$package" "oci://$chart_repository"
+  ca_args=()
+  [[ -z "${CHART_CA_FILE:-}" ]] || ca_args=(--ca-file "$CHART_CA_FILE")
+  "$HELM_BIN" push "$package" "oci://$chart_repository" "${ca_args[@]}" 2>&1
 fi

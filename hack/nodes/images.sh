@@ -12,11 +12,12 @@
 # The images:
 #
 #   installer       the installer image: the static containerd-shim-installer at
-#                   /containerd-shim-installer, the same content hack/images/Dockerfile builds
+#                   /containerd-shim-installer, the same content hack/release.sh publishes
 #                   (a debug build here: the tests want its line numbers, not its size)
 #   pause           the pod sandbox image (busybox waiting for a signal)
 #   workload        a test workload: Debian's busybox with all its applets
-#   payload-crun    the crun payload: crun (built from Debian's source) at /payload/crun
+#   payload-crun    the crun payload: crun (hack/tools/build.sh crun, from Debian's source) at
+#                   /payload/crun, for linux/amd64 and linux/arm64
 #   payload-broken  shim binaries that cannot run here (for tests of a failing rollout)
 #   payload-gvisor  the gvisor payload: runsc and containerd-shim-runsc-v1 (hack/tools/build.sh
 #                   gvisor) under /payload/, for linux/amd64 and linux/arm64
@@ -34,8 +35,8 @@
 # images.env (the references, for tests and scripts; PAUSE_IMAGE is the nodes' sandbox image),
 # images-overwrite.yaml: the IMAGEVECTOR_OVERWRITE file that points the controller at these
 # images (`tag: sha256:...`) instead of the published ones, and catalog-overlay.yaml: the
-# SHIM_CATALOG_OVERLAY that offers these payloads as catalog versions. `make images` builds the
-# published images with docker instead.
+# SHIM_CATALOG_OVERLAY (empty: the payloads are the catalog's own). `make images`
+# (hack/release.sh) builds the published images with the same builder.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 source "$repo/hack/tools/versions.env"
@@ -94,11 +95,11 @@ rm -rf "$out/oci" "$out/images.list" "$out"/*.tar "$out/pause.ref"
 debs="$IMAGE_DEBS_DIR/root"
 [[ -x "$debs/bin/busybox" ]] \
   || die "$IMAGE_DEBS_DIR is missing: build it with 'make tools' (hack/tools/build.sh image-debs)"
-[[ -x "$CRUN_DIR/crun" ]] || die "$CRUN_DIR/crun is missing: build it with 'make tools' (hack/tools/build.sh crun)"
 
 # The installer must be static: init containers copy it into payload images of any
-# distribution and run it there. The crate's musl build (hack/images/Dockerfile) needs a musl
-# toolchain; glibc with a static C runtime gives the same kind of binary from the host target.
+# distribution and run it there. A musl build needs a Rust musl target this machine does not
+# have; glibc with a static C runtime gives the same kind of binary from the host target (as
+# hack/release.sh builds it).
 host="$(rustc -vV | sed -n 's/^host: //p')"
 log "building the static installer for $host"
 (cd "$repo" && RUSTFLAGS="-C target-feature=+crt-static" \
@@ -130,10 +131,18 @@ workload_ref="$(oci_image workload busybox \
   --file "$debs/bin/busybox=/bin/busybox:0755" "${busybox_links[@]}" --dir /tmp --dir /var/www \
   --entrypoint '["/bin/sh"]')"
 
-# Payloads are image indexes, as the published multi-arch payloads are: another architecture's
-# build is one more `oci-image.py --platform linux/arm64` into the same layout.
-crun_ref="$(oci_image payload-crun containerd-shim-payload/crun --index \
-  --file "$CRUN_DIR/crun=/payload/crun:0755")"
+# Payloads are image indexes with one manifest per platform of their build, as the published
+# ones are (hack/release.sh builds the same indexes).
+rm -rf "$out/oci/payload-crun"
+for arch in $CRUN_ARCHITECTURES; do
+  [[ -x "$CRUN_DIR/linux-$arch/payload/crun" ]] \
+    || die "$CRUN_DIR/linux-$arch is missing: build it with 'make tools' (hack/tools/build.sh crun)"
+  crun_digest="$("$oci_image_py" --out "$out/oci/payload-crun" \
+    --name "$IMAGE_REGISTRY/containerd-shim-payload/crun" --platform "linux/$arch" --index \
+    --file "$CRUN_DIR/linux-$arch/payload/crun=/payload/crun:0755")" \
+    || die "building image payload-crun for linux/$arch failed"
+done
+crun_ref="$(oci_record payload-crun containerd-shim-payload/crun "$crun_digest")"
 
 # A payload that cannot run on these nodes, for the tests of a failing rollout: a shim binary
 # for another architecture (an arm64 ELF header; execve refuses it with ENOEXEC) and one that
@@ -183,7 +192,7 @@ image_vector_entry() {
   echo "# Written by hack/nodes/images.sh: the images in the nodes' registry, by digest."
   echo "images:"
   image_vector_entry containerd-shim-installer "$installer_ref"
-  image_vector_entry containerd-shim-crun-local "$crun_ref"
+  image_vector_entry containerd-shim-crun "$crun_ref"
   if ((with_wasm)); then
     # The Wasm payloads are the catalog's own (hack/images/payloads/wasm), built here: the
     # catalog's image names point at these builds instead of the published images (the same
@@ -199,16 +208,12 @@ image_vector_entry() {
   fi
 } >"$out/images-overwrite.yaml"
 
-# SHIM_CATALOG_OVERLAY for the controller: the catalog's crun entry gets the locally built
-# payload as a version of its own (and its default), the way an operator adds a build.
+# SHIM_CATALOG_OVERLAY for the controller: empty, since every payload built here is the
+# catalog's own at its own version (the image vector entries above point at the builds); it is
+# where a test world would add versions of its own.
 cat >"$out/catalog-overlay.yaml" <<YAML
-# Written by hack/nodes/images.sh: the locally built crun as a version of the catalog's entry.
-shims:
-  crun:
-    defaultVersion: local
-    versions:
-      local:
-        image: containerd-shim-crun-local
+# Written by hack/nodes/images.sh: nothing to change; the catalog's entries install as they are.
+shims: {}
 YAML
 if ((with_wasm)); then
   cat >>"$out/catalog-overlay.yaml" <<YAML

@@ -3,7 +3,7 @@
 the form `crane push` uploads to a registry as it is: no container engine needed.
 
     oci-image.py --out DIR --name REPOSITORY[:TAG] [--platform linux/amd64] [--index] \
-        [--entrypoint '["/bin/sh"]'] [--cmd '["-c","..."]'] [--env K=V]... \
+        [--entrypoint '["/bin/sh"]'] [--cmd '["-c","..."]'] [--env K=V]... [--user UID:GID] \
         [--file SRC=/path/in/image[:MODE]]... [--symlink /path/in/image=TARGET]... \
         [--dir /path/in/image]...
 
@@ -171,6 +171,7 @@ def main():
     p.add_argument("--entrypoint", type=json.loads)
     p.add_argument("--cmd", type=json.loads)
     p.add_argument("--env", action="append", default=[])
+    p.add_argument("--user", help="the user the container runs as, e.g. 65532:65532")
     p.add_argument("--file", action="append", default=[])
     p.add_argument("--symlink", action="append", default=[])
     p.add_argument("--dir", action="append", default=[])
@@ -195,6 +196,8 @@ def main():
         container_config["Entrypoint"] = args.entrypoint
     if args.cmd is not None:
         container_config["Cmd"] = args.cmd
+    if args.user is not None:
+        container_config["User"] = args.user
     config = dict(platform)
     config.update({
         "created": EPOCH,

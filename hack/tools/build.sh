@@ -213,30 +213,70 @@ build_rootfs() {
   log "built $ROOTFS_DIR in $((SECONDS - started)) s"
 }
 
-# crun for the crun payload image, from Debian's source tarball (checksum pinned in
-# versions.env), linked like Debian's own crun against the node's libseccomp, libcap and
-# libsystemd, with yajl built in.
+# crun, the crun catalog entry's payload, from Debian's source tarball (checksum pinned in
+# versions.env), for every architecture in CRUN_ARCHITECTURES (arm64 with Debian's cross
+# compiler and its arm64 libraries). libseccomp, libcap and yajl are linked in statically;
+# glibc and libsystemd stay shared: Debian ships no static libsystemd, and crun needs it for
+# the systemd cgroup driver Gardener's nodes use (hack/images/payloads/README.md says why this
+# is the payload, and what it asks of a node).
 build_crun() {
-  apt_install gcc make gperf pkgconf python3 libcap-dev libseccomp-dev libsystemd-dev
-  if [[ -x "$CRUN_DIR/crun" ]]; then log "up to date: $CRUN_DIR/crun"; return 0; fi
-  local tmp="$CRUN_DIR.partial.$$" started=$SECONDS
-  rm -rf "$tmp"; mkdir -p "$tmp"
-  log "building crun $CRUN_VERSION from $CRUN_SOURCE_URL"
-  curl -fsSL -o "$tmp/source.tar.gz" "$CRUN_SOURCE_URL" || { log "downloading $CRUN_SOURCE_URL failed"; return 1; }
-  echo "$CRUN_SOURCE_SHA256  $tmp/source.tar.gz" | sha256sum -c --quiet - \
-    || { log "$CRUN_SOURCE_URL does not have the sha256 in versions.env"; return 1; }
-  tar -xzf "$tmp/source.tar.gz" -C "$tmp"
-  (
-    cd "$tmp/crun-$CRUN_VERSION" \
-      && ./configure --disable-criu --enable-embedded-yajl >"$tmp/build.log" 2>&1 \
-      && make git-version.h >>"$tmp/build.log" 2>&1 \
-      && make -j"$(nproc)" >>"$tmp/build.log" 2>&1
-  ) || { log "building crun failed; the end of its log:"; tail -n 20 "$tmp/build.log" >&2; return 1; }
-  mkdir -p "$tmp/out"
-  install -m 0755 "$tmp/crun-$CRUN_VERSION/crun" "$tmp/out/crun"
-  mv "$tmp/out" "$CRUN_DIR"
-  rm -rf "$tmp"
-  log "built $CRUN_DIR/crun in $((SECONDS - started)) s"
+  local arch triplet host lib tree work src started
+  local packages=(gcc make gperf pkgconf python3 libcap-dev libseccomp-dev libsystemd-dev)
+  for arch in $CRUN_ARCHITECTURES; do
+    [[ "$arch" == amd64 ]] && continue
+    dpkg --print-foreign-architectures | grep -qx "$arch" || {
+      log "adding the Debian architecture $arch (its libraries for the cross build of crun)"
+      local sudo=""
+      [[ "$(id -u)" == 0 ]] || sudo="sudo"
+      $sudo dpkg --add-architecture "$arch" && $sudo apt-get update >&2
+    }
+    triplet="$(crun_triplet "$arch")" || return 1
+    packages+=("gcc-$triplet" "libc6-dev-$arch-cross" "libcap-dev:$arch" "libseccomp-dev:$arch" "libsystemd-dev:$arch")
+  done
+  for arch in $CRUN_ARCHITECTURES; do
+    tree="$CRUN_DIR/linux-$arch"
+    if [[ -x "$tree/payload/crun" ]]; then log "up to date: $tree"; continue; fi
+    apt_install "${packages[@]}"
+    started=$SECONDS
+    work="$tree.partial.$$"
+    rm -rf "$work"; mkdir -p "$work/payload"
+    log "building crun $CRUN_VERSION for linux/$arch from $CRUN_SOURCE_URL"
+    curl -fsSL -o "$work/source.tar.gz" "$CRUN_SOURCE_URL" || { log "downloading $CRUN_SOURCE_URL failed"; return 1; }
+    echo "$CRUN_SOURCE_SHA256  $work/source.tar.gz" | sha256sum -c --quiet - \
+      || { log "$CRUN_SOURCE_URL does not have the sha256 in versions.env"; return 1; }
+    tar -xzf "$work/source.tar.gz" -C "$work"
+    src="$work/crun-$CRUN_VERSION"
+    triplet="$(crun_triplet "$arch")" || return 1
+    lib="/usr/lib/$triplet"
+    host=()
+    [[ "$arch" == amd64 ]] || host=(--host="$triplet")
+    # The ac_cv_search_* answers make configure link the static archives instead of -lcap and
+    # -lseccomp.
+    (
+      cd "$src" \
+        && ./configure "${host[@]}" --disable-criu --enable-embedded-yajl --disable-shared \
+          ac_cv_search_cap_from_name="$lib/libcap.a" \
+          ac_cv_search_seccomp_rule_add="$lib/libseccomp.a" \
+          ac_cv_search_seccomp_arch_resolve_name="$lib/libseccomp.a" \
+          PKG_CONFIG_LIBDIR="$lib/pkgconfig:/usr/share/pkgconfig" >"$work/build.log" 2>&1 \
+        && make git-version.h >>"$work/build.log" 2>&1 \
+        && make -j"$(nproc)" >>"$work/build.log" 2>&1
+    ) || { log "building crun for linux/$arch failed; the end of its log:"; tail -n 20 "$work/build.log" >&2; return 1; }
+    "$triplet-strip" -o "$work/payload/crun" "$src/crun" 2>/dev/null || strip -o "$work/payload/crun" "$src/crun"
+    chmod 0755 "$work/payload/crun"
+    rm -rf "$tree" "$work/source.tar.gz" "$src"
+    mv "$work" "$tree"
+    log "built $tree/payload/crun in $((SECONDS - started)) s"
+  done
+}
+
+# crun_triplet <arch>: the GNU triplet of a Debian architecture crun is built for.
+crun_triplet() {
+  case "$1" in
+    amd64) echo x86_64-linux-gnu ;;
+    arm64) echo aarch64-linux-gnu ;;
+    *) log "crun: no cross build for the architecture '$1' (amd64, arm64)"; return 1 ;;
+  esac
 }
 
 # The Debian packages whose binaries the test images carry (busybox for the pause and workload

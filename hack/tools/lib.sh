@@ -18,6 +18,8 @@ GVISOR_DIR="$TOOLS_CACHE/gvisor-$GVISOR_VERSION"
 GVISOR_ARCHITECTURES="amd64 arm64"
 # Keyed by the Debian release and the package lists: a changed list builds anew.
 ROOTFS_DIR="$TOOLS_CACHE/node-rootfs-$NODE_DEBIAN_SUITE-$(printf '%s' "$NODE_PACKAGES" | sha256sum | cut -c1-12)"
-CRUN_DIR="$TOOLS_CACHE/crun-$CRUN_VERSION"
+# The crun payload's file tree per platform: $CRUN_DIR/linux-<arch>/payload/crun.
+CRUN_DIR="$TOOLS_CACHE/crun-$CRUN_VERSION-payload"
+CRUN_ARCHITECTURES="amd64 arm64"
 IMAGE_DEBS_DIR="$TOOLS_CACHE/image-debs-$NODE_DEBIAN_SUITE-$(printf '%s' "$IMAGE_PACKAGES" | sha256sum | cut -c1-12)"
 CONTAINERD1_BIN="${CONTAINERD1_BIN:-/usr/bin/containerd}"

@@ -13,6 +13,8 @@ use serde_json::Value;
 const BIN: &str = env!("CARGO_BIN_EXE_gardener-extension-containerd-shim");
 const SHOOT_NAMESPACE: &str = "shoot--local--local";
 const REGISTRATION: &str = "example/controller-registration.yaml";
+/// The overlay that adds the Kata entry, which is not built in.
+const KATA: &str = "example/kata/shim-catalog-overlay.yaml";
 
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
@@ -160,6 +162,13 @@ fn example_extension_cluster_and_shoot_agree_and_validate() {
         config::load(Some(&value), &catalog, &shoot)
             .unwrap_or_else(|e| panic!("{file} is invalid for example/shoot.yaml: {e}"));
     }
+    // Kata is not built in: its example goes with the operator's overlay that adds it.
+    let with_kata = catalog
+        .with_overlay_yaml(KATA, &read(KATA))
+        .expect("the built-in catalog with the Kata overlay");
+    let value: Value = yaml("example/kata/provider-config.yaml");
+    config::load(Some(&value), &with_kata, &shoot)
+        .unwrap_or_else(|e| panic!("example/kata/provider-config.yaml is invalid: {e}"));
 }
 
 #[test]

@@ -134,8 +134,7 @@ fn before() -> serde_json::Value {
 /// is the pass the removal meets.
 fn after() -> serde_json::Value {
     config(json!([
-        {"name": "spin"}, {"name": "crun"}, {"name": "wasmtime"}, {"name": "gvisor"},
-        {"name": "kata-qemu"}
+        {"name": "spin"}, {"name": "crun"}, {"name": "wasmtime"}, {"name": "gvisor"}
     ]))
 }
 

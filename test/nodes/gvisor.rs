@@ -41,7 +41,7 @@ async fn gvisor_runsc_runs_a_container_on_both_nodes_and_its_shim_is_refused_and
         let runsc = format!("{TEST_RUNSC_DIR}/runsc");
         std::fs::copy(&built, node.path(&runsc)).unwrap_or_else(|e| {
             panic!(
-                "{}: {e}; build it with `hack/tools/build.sh gvisor`",
+                "{}: {e}; build it with `make tools` (hack/tools/build.sh)",
                 built.display()
             )
         });
@@ -173,24 +173,24 @@ fn gvisor_payload_binaries_are_static_for_each_architecture() {
     }
 }
 
-const EM_X86_64: u16 = 0x3e;
-const EM_AARCH64: u16 = 0xb7;
+pub(crate) const EM_X86_64: u16 = 0x3e;
+pub(crate) const EM_AARCH64: u16 = 0xb7;
 const ET_EXEC: u16 = 2;
 const PT_DYNAMIC: u32 = 2;
 const PT_INTERP: u32 = 3;
 
 /// The fields of a 64-bit little-endian ELF header that say what a binary runs on.
-struct Elf {
+pub(crate) struct Elf {
     kind: u16,
-    machine: u16,
+    pub(crate) machine: u16,
     segments: Vec<u32>,
 }
 
 impl Elf {
-    fn read(path: &std::path::Path) -> Elf {
+    pub(crate) fn read(path: &std::path::Path) -> Elf {
         let bytes = std::fs::read(path).unwrap_or_else(|e| {
             panic!(
-                "{}: {e}; build it with `hack/tools/build.sh gvisor`",
+                "{}: {e}; build it with `make tools` (hack/tools/build.sh)",
                 path.display()
             )
         });

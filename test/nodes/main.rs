@@ -13,6 +13,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod crun_payload;
 mod disruption;
 mod gvisor;
 mod install;

@@ -55,6 +55,15 @@ pub fn gvisor_payload(arch: &str) -> PathBuf {
         .join("payload")
 }
 
+/// The crun payload's file tree for one architecture, as `hack/tools/build.sh crun` builds it:
+/// the directory that holds crun.
+pub fn crun_payload(arch: &str) -> PathBuf {
+    tools_cache()
+        .join(format!("crun-{}-payload", pinned_version("CRUN_VERSION")))
+        .join(format!("linux-{arch}"))
+        .join("payload")
+}
+
 fn tools_cache() -> PathBuf {
     if let Some(dir) = std::env::var_os("CONTAINERD_SHIM_TOOLS_CACHE") {
         return PathBuf::from(dir);

@@ -207,7 +207,7 @@ fn cases() -> Vec<Case> {
         },
         Case {
             name: "catalog shim on an architecture it does not support",
-            provider_config: one(json!({"name": "kata-qemu", "workerPools": ["worker-a", "worker-b"]})),
+            provider_config: one(json!({"name": "wasmtime", "workerPools": ["worker-a", "worker-b"]})),
             path: "providerConfig.shims[0].workerPools[1]",
             value: "\"worker-b\"",
         },

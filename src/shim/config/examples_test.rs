@@ -41,6 +41,28 @@ fn every_example_is_valid() {
     }
 }
 
+/// Kata is an operator's addition (example/kata/): its providerConfig is valid with the overlay
+/// and the image vector entry next to it, and the built-in catalog alone refuses it.
+#[test]
+fn kata_example_is_valid_with_its_overlay_and_image() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("example/kata");
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
+    let config = decode::decode_yaml(&read("provider-config.yaml")).unwrap();
+    let shoot = single_pool_shoot();
+    assert!(validate::validate(&config, &catalog(), &shoot).is_err());
+    let catalog = catalog()
+        .with_overlay_yaml("kata", &read("shim-catalog-overlay.yaml"))
+        .unwrap();
+    let vector = images::embedded()
+        .unwrap()
+        .with_override_file(Some(&dir.join("imagevector-overwrite.yaml")))
+        .unwrap();
+    images::check_catalog_images(&vector, &catalog).unwrap();
+    let validated = validate::validate(&config, &catalog, &shoot).unwrap();
+    let set = desired::desired_shims(&validated, &vector).unwrap();
+    assert_eq!(set.shims.len(), 1);
+}
+
 #[test]
 fn every_catalog_entry_and_a_custom_shim_have_an_example() {
     let names: Vec<String> = examples().into_iter().map(|(name, _)| name).collect();

@@ -106,11 +106,22 @@ mod tests {
     /// The repository prefix of the payload images this repository builds.
     const OUR_PAYLOADS: &str = "europe-docker.pkg.dev/gardener-project/public/gardener/extensions/containerd-shim-payload/";
 
-    /// Payloads built from a Go module by hack/tools/build.sh instead of a Dockerfile:
-    /// (catalog entry, its version variable in hack/tools/versions.env, the wrapper module under
-    /// hack/tools/, the Go module).
-    const FROM_GO_MODULES: &[(&str, &str, &str, &str)] =
-        &[("gvisor", "GVISOR_VERSION", "gvisor", "gvisor.dev/gvisor")];
+    /// Payloads built by hack/tools/build.sh (a function `build_<entry>`): (catalog entry, its
+    /// version variable in hack/tools/versions.env, for a Go module the wrapper module under
+    /// hack/tools/ and the module).
+    type ToolBuild = (
+        &'static str,
+        &'static str,
+        Option<(&'static str, &'static str)>,
+    );
+    const FROM_TOOLS: &[ToolBuild] = &[
+        ("crun", "CRUN_VERSION", None),
+        (
+            "gvisor",
+            "GVISOR_VERSION",
+            Some(("gvisor", "gvisor.dev/gvisor")),
+        ),
+    ];
 
     fn repo_file(path: &str) -> String {
         let full = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
@@ -165,19 +176,13 @@ mod tests {
             .unwrap_or_else(|| panic!("{file} sets no {key}"))
     }
 
+    /// Every payload image of ours is built by this repository, from the Wasm workspace or by
+    /// hack/tools/build.sh: no catalog entry names an image of ours that nothing builds.
     #[test]
     fn our_payload_images_are_built_with_the_catalog_version_and_layout() {
         let vector = embedded().unwrap();
         let catalog = Catalog::builtin().unwrap();
-        let build_script = repo_file("hack/images/payloads/build.sh");
-        // The entry -> image-name table of build.sh: lines `  [<entry>]=<image>`.
-        let table: std::collections::BTreeMap<&str, &str> = build_script
-            .lines()
-            .filter_map(|line| line.trim().strip_prefix('['))
-            .filter_map(|rest| rest.split_once("]="))
-            .collect();
-        let mut from_dockerfiles = std::collections::BTreeMap::new();
-        let mut from_modules = Vec::new();
+        let mut from_tools = Vec::new();
         for (name, entry) in &catalog.shims {
             for (version, spec) in &entry.versions {
                 let image = vector
@@ -202,52 +207,31 @@ mod tests {
                         "{name}: our payloads keep every file flat under /payload/"
                     );
                 }
-                if FROM_GO_MODULES.iter().any(|(entry, ..)| entry == name) {
-                    from_modules.push(name.as_str());
-                    continue;
-                }
-                from_dockerfiles.insert(name.as_str(), spec.image.as_str());
-                let dockerfile = repo_file(&format!("hack/images/payloads/{name}/Dockerfile"));
                 assert!(
-                    dockerfile.contains(&format!("\nARG VERSION={version}\n")),
-                    "hack/images/payloads/{name}/Dockerfile does not build version {version}"
+                    FROM_TOOLS.iter().any(|(entry, ..)| entry == name),
+                    "{name}: {repository} is ours, but nothing in this repository builds it"
                 );
-                for binary in &entry.binaries {
-                    assert!(
-                        dockerfile.contains(&format!("/out/payload/{}\n", binary.name))
-                            || dockerfile.contains(&format!("/out/payload/{}; \\", binary.name)),
-                        "hack/images/payloads/{name}/Dockerfile does not write {}",
-                        binary.path
-                    );
-                }
-                for arch in &entry.architectures {
-                    assert!(
-                        dockerfile.contains(&format!("{})", arch.as_str()))
-                            || dockerfile.contains(&format!("!= {}", arch.as_str())),
-                        "hack/images/payloads/{name}/Dockerfile does not handle {arch:?}"
-                    );
-                }
+                from_tools.push(name.as_str());
             }
         }
-        assert_eq!(
-            table, from_dockerfiles,
-            "hack/images/payloads/build.sh must list exactly the entries built from a Dockerfile"
-        );
-        let mut expected: Vec<&str> = FROM_GO_MODULES.iter().map(|(e, ..)| *e).collect();
+        let mut expected: Vec<&str> = FROM_TOOLS.iter().map(|(e, ..)| *e).collect();
         expected.sort_unstable();
-        from_modules.sort_unstable();
-        from_modules.dedup();
-        assert_eq!(from_modules, expected, "payloads built from Go modules");
+        from_tools.sort_unstable();
+        from_tools.dedup();
+        assert_eq!(
+            from_tools, expected,
+            "payloads built by hack/tools/build.sh"
+        );
     }
 
-    /// A payload built from a Go module: the module version pinned in versions.env is the
-    /// catalog's only version, the wrapper module requires exactly it, hack/tools/build.sh writes
-    /// every binary of the entry under payload/ and builds every architecture the entry offers.
+    /// A payload built by hack/tools/build.sh: the version pinned in versions.env is the
+    /// catalog's only version, a wrapper Go module requires exactly it, build.sh writes every
+    /// binary of the entry under payload/ and builds every architecture the entry offers.
     #[test]
-    fn payloads_from_go_modules_build_the_catalog_version_and_files() {
+    fn payloads_from_tools_build_the_catalog_version_and_files() {
         let catalog = Catalog::builtin().unwrap();
         let build_script = repo_file("hack/tools/build.sh");
-        for (name, version_var, wrapper, module) in FROM_GO_MODULES {
+        for (name, version_var, go_module) in FROM_TOOLS {
             let entry = catalog.get(name).unwrap();
             let pinned = shell_var("hack/tools/versions.env", version_var);
             assert_eq!(
@@ -256,18 +240,20 @@ mod tests {
                 "{name}: the catalog offers the version {version_var} pins"
             );
             assert_eq!(entry.default_version, pinned, "{name}: default version");
-            let go_mod = repo_file(&format!("hack/tools/{wrapper}/go.mod"));
-            assert!(
-                go_mod
-                    .lines()
-                    .any(|l| l.split_whitespace().take(2).eq([*module, pinned.as_str()])),
-                "hack/tools/{wrapper}/go.mod does not require {module} {pinned}: run make tools-modules"
-            );
-            assert!(
-                repo_file(&format!("hack/tools/{wrapper}/go.sum"))
-                    .contains(&format!("{module} {pinned} h1:")),
-                "hack/tools/{wrapper}/go.sum lacks {module} {pinned}: run make tools-modules"
-            );
+            if let Some((wrapper, module)) = go_module {
+                let go_mod = repo_file(&format!("hack/tools/{wrapper}/go.mod"));
+                assert!(
+                    go_mod
+                        .lines()
+                        .any(|l| l.split_whitespace().take(2).eq([*module, pinned.as_str()])),
+                    "hack/tools/{wrapper}/go.mod does not require {module} {pinned}: run make tools-modules"
+                );
+                assert!(
+                    repo_file(&format!("hack/tools/{wrapper}/go.sum"))
+                        .contains(&format!("{module} {pinned} h1:")),
+                    "hack/tools/{wrapper}/go.sum lacks {module} {pinned}: run make tools-modules"
+                );
+            }
             let function = build_script
                 .split(&format!("\nbuild_{name}() {{\n"))
                 .nth(1)

@@ -127,8 +127,12 @@ fn gvisor_carries_both_binaries_its_options_and_runsc_toml() {
 
 #[test]
 fn kata_is_privileged_without_host_devices_and_suggests_overhead() {
+    // Kata is an operator's overlay entry (example/kata/shim-catalog-overlay.yaml), not a built-in one.
+    let catalog = catalog()
+        .with_overlay_yaml("kata", crate::shim::config::catalog::KATA_OVERLAY)
+        .unwrap();
     let provider_config = config(json!([{"name": "kata-qemu"}]));
-    let validated = load(Some(&provider_config), &catalog(), &single_pool_shoot()).unwrap();
+    let validated = load(Some(&provider_config), &catalog, &single_pool_shoot()).unwrap();
     let kata = &validated.shims[0];
     assert!(kata.privileged_without_host_devices);
     assert_eq!(kata.handler, "kata-qemu");
@@ -155,7 +159,7 @@ fn kata_is_privileged_without_host_devices_and_suggests_overhead() {
 
     let provider_config = config(json!([{"name": "kata-qemu", "podAnnotations": [],
         "runtimeClass": {"overhead": {"podFixed": {"memory": "300Mi"}}}}]));
-    let validated = load(Some(&provider_config), &catalog(), &single_pool_shoot()).unwrap();
+    let validated = load(Some(&provider_config), &catalog, &single_pool_shoot()).unwrap();
     let kata = &validated.shims[0];
     assert!(
         kata.pod_annotations.is_empty(),

@@ -324,7 +324,7 @@ fn each_pool_gets_a_daemon_set_with_only_its_shims() {
 proptest! {
     #[test]
     fn rendering_is_deterministic_and_independent_of_input_order(
-        picks in proptest::sample::subsequence(vec!["spin", "crun", "wasmtime", "gvisor", "kata-qemu"], 1..5),
+        picks in proptest::sample::subsequence(vec!["spin", "crun", "wasmtime", "gvisor"], 1..5),
         rotate in 0usize..6,
     ) {
         let shoot = shoot(&[("worker-a", None)]);
