@@ -35,7 +35,7 @@
 # images.env (the references, for tests and scripts; PAUSE_IMAGE is the nodes' sandbox image),
 # images-overwrite.yaml: the IMAGEVECTOR_OVERWRITE file that points the controller at these
 # images (`tag: sha256:...`) instead of the published ones, and catalog-overlay.yaml: the
-# SHIM_CATALOG_OVERLAY (empty: the payloads are the catalog's own). `make images`
+# SHIM_CATALOG_OVERLAY (the payloads are the catalog's own; it only adds test versions). `make images`
 # (hack/release.sh) builds the published images with the same builder.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -208,22 +208,25 @@ image_vector_entry() {
   fi
 } >"$out/images-overwrite.yaml"
 
-# SHIM_CATALOG_OVERLAY for the controller: empty, since every payload built here is the
-# catalog's own at its own version (the image vector entries above point at the builds); it is
-# where a test world would add versions of its own.
-cat >"$out/catalog-overlay.yaml" <<YAML
-# Written by hack/nodes/images.sh: nothing to change; the catalog's entries install as they are.
-shims: {}
-YAML
+# SHIM_CATALOG_OVERLAY for the controller: every payload built here is the catalog's own at its
+# own version (the image vector entries above point at the builds); the overlay only adds
+# versions for the tests that need more than one: two more of wasmtime for the upgrade tests
+# (test/nodes/upgrade.rs).
 if ((with_wasm)); then
-  cat >>"$out/catalog-overlay.yaml" <<YAML
-  # Versions of the catalog's wasmtime entry for the upgrade tests (test/nodes/upgrade.rs).
+  cat >"$out/catalog-overlay.yaml" <<YAML
+# Written by hack/nodes/images.sh: more versions of the catalog's wasmtime entry.
+shims:
   wasmtime:
     versions:
       next:
         image: containerd-shim-wasmtime-next
       broken:
         image: containerd-shim-wasmtime-broken
+YAML
+else
+  cat >"$out/catalog-overlay.yaml" <<YAML
+# Written by hack/nodes/images.sh: nothing to change; the catalog's entries install as they are.
+shims: {}
 YAML
 fi
 # --- gVisor: the catalog's gvisor payload as built by hack/tools/build.sh gvisor ---------------
