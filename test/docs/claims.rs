@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use super::read;
+use super::{read, section};
 
 const WASM_WORKSPACE: &str = "hack/images/payloads/wasm/Cargo.toml";
 
@@ -88,12 +88,7 @@ fn operations_doc_describes_every_chart_value() {
     let mut keys = BTreeSet::new();
     leaves("", &values, &mut keys);
     assert!(keys.len() > 30, "{keys:?}");
-    let doc = read("docs/operations.md");
-    let section = doc
-        .split("\n## Chart values")
-        .nth(1)
-        .expect("docs/operations.md has a section \"## Chart values\"");
-    let section = section.split("\n## ").next().unwrap_or(section);
+    let section = section("docs/operations.md", "Chart values");
     let rows: BTreeSet<String> = section.lines().flat_map(documented).collect();
     // A row may describe a whole map (`resources`): it covers every key below it.
     let missing: Vec<&String> = keys

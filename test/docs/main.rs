@@ -25,6 +25,7 @@ use std::process::Command;
 use serde_json::Value;
 
 mod claims;
+mod maps;
 
 const BIN: &str = env!("CARGO_BIN_EXE_gardener-extension-containerd-shim");
 const BIN_NAME: &str = "gardener-extension-containerd-shim";
@@ -41,6 +42,16 @@ fn repo(path: &str) -> PathBuf {
 
 fn read(path: &str) -> String {
     std::fs::read_to_string(repo(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The text of the section `## <heading>` of the document at `path`, up to the next `## `.
+fn section(path: &str, heading: &str) -> String {
+    let doc = read(path);
+    let rest = doc
+        .split(&format!("\n## {heading}"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("{path} has no section \"## {heading}\""));
+    rest.split("\n## ").next().unwrap_or(rest).to_owned()
 }
 
 /// A fenced block: its info string (`sh`, `yaml`), first line number and text.
@@ -237,13 +248,8 @@ fn every_offline_command_block_of_the_docs_runs() {
 /// The chart values of the catalog overlay example, and what they hold for the controller: the
 /// overlay file and the image vector override.
 fn operations_catalog_example() -> (String, Value) {
-    let doc = read("docs/operations.md");
-    let section = doc
-        .split("\n## Shim catalog")
-        .nth(1)
-        .expect("docs/operations.md has a section \"## Shim catalog\"");
-    let section = section.split("\n## ").next().unwrap_or(section);
-    let values = fenced_blocks(section)
+    let section = section("docs/operations.md", "Shim catalog");
+    let values = fenced_blocks(&section)
         .into_iter()
         .find(|b| b.info == "yaml" && b.text.contains("shimCatalog:"))
         .expect("the Shim catalog section shows chart values with shimCatalog");

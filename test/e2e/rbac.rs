@@ -9,7 +9,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
 use gardener_extension_containerd_shim::gardener::api::{
-    Cluster, ConditionStatus, Extension, ManagedResource, OperationState, OperationType,
+    Cluster, ConditionStatus, Extension, ManagedResource,
 };
 use gardener_extension_containerd_shim::shim::identity::MANAGED_RESOURCE;
 use k8s_openapi::api::authorization::v1::{
@@ -302,26 +302,7 @@ async fn lifecycle(c: &support::Clusters, audit_log: &Path, audit_start: u64) {
 
     // 5. Control-plane migration: the ManagedResource leaves the seed, the shoot objects stay.
     gardenlet::request_operation(&extensions, EXTENSION, "migrate").await;
-    poll::until(
-        "Migrate/Succeeded without finalizers",
-        poll::DEFAULT_TIMEOUT,
-        || async {
-            let ext = extensions.get(EXTENSION).await.map_err(|e| e.to_string())?;
-            let last = ext
-                .status
-                .as_ref()
-                .and_then(|s| s.last_operation.as_ref())
-                .map(|l| (l.type_, l.state));
-            if last == Some((OperationType::Migrate, OperationState::Succeeded))
-                && ext.finalizers().is_empty()
-            {
-                Ok(())
-            } else {
-                Err(format!("{last:?} {:?}", ext.finalizers()))
-            }
-        },
-    )
-    .await;
+    gardenlet::wait_migrated(&extensions, EXTENSION).await;
     assert!(
         mrs.get_opt(MANAGED_RESOURCE)
             .await

@@ -451,9 +451,9 @@ fn runtimes() -> Vec<RuntimeEntry> {
     ]
 }
 
-/// Applies a plan below a host root the way the installer does, then validates it with the
-/// real binary, rolling back on failure.
-fn apply_and_validate(root: &HostRoot, plan: &Plan, binary: &Path) -> Result<(), ConfigError> {
+/// Writes a plan's backups and files and deletes its deletions below a host root, as the
+/// installer does before it validates.
+fn apply(root: &HostRoot, plan: &Plan) {
     for backup in &plan.backups {
         std::fs::write(root.resolve(&backup.destination), &backup.content).unwrap();
     }
@@ -465,6 +465,12 @@ fn apply_and_validate(root: &HostRoot, plan: &Plan, binary: &Path) -> Result<(),
     for delete in &plan.deletes {
         std::fs::remove_file(root.resolve(&delete.path)).unwrap();
     }
+}
+
+/// Applies a plan below a host root the way the installer does, then validates it with the
+/// real binary, rolling back on failure.
+fn apply_and_validate(root: &HostRoot, plan: &Plan, binary: &Path) -> Result<(), ConfigError> {
+    apply(root, plan);
     let Some(validation) = &plan.validation else {
         return Ok(());
     };

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use crate::support::actuator::{Behaviour, Op, Recorder};
 use crate::support::controller::{self, RunningController};
-use crate::support::{self, gardenlet, history, objects, poll};
+use crate::support::{self, gardenlet, history, objects, poll, shoot};
 
 const TYPE: &str = "containerd-shim";
 const FINALIZER: &str = "extensions.gardener.cloud/containerd-shim";
@@ -72,21 +72,25 @@ impl Fixture {
         annotations: &[(&str, &str)],
         finalizers: &[&str],
     ) -> Extension {
-        let mut ext = objects::extension(&self.ns, TYPE, Some(json!({"any": "config"})));
-        ext.metadata.name = Some(name.to_string());
-        ext.metadata.annotations = Some(
-            annotations
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        );
-        if !finalizers.is_empty() {
-            ext.metadata.finalizers = Some(finalizers.iter().map(|f| f.to_string()).collect());
-        }
+        let ext = objects::extension(&self.ns, TYPE, Some(json!({"any": "config"})));
+        let ext = objects::named(ext, name, annotations, finalizers);
         self.api
             .create(&PostParams::default(), &ext)
             .await
             .expect("create Extension")
+    }
+
+    /// Polls until Extension `name` has no operation annotation; `what` names the wait.
+    async fn without_annotation(&self, name: &str, what: &str) -> Extension {
+        poll::until(what, poll::DEFAULT_TIMEOUT, || async {
+            let e = self.get(name).await;
+            if has_annotation(&e) {
+                Err(format!("still annotated: {:?}", e.annotations()))
+            } else {
+                Ok(e)
+            }
+        })
+        .await
     }
 
     async fn get(&self, name: &str) -> Extension {
@@ -238,10 +242,7 @@ async fn t1b_restore_annotation_stays_until_restore_succeeded() {
     let _c = f.start().await;
     reconciled(&f, "ext", &[]).await;
 
-    f.recorder.set(Behaviour::Fail {
-        message: "no state".into(),
-        codes: vec![],
-    });
+    f.recorder.set(Behaviour::fail("no state"));
     let hist = history::record(f.api.clone(), "ext").await;
     gardenlet::request_operation(&f.api, "ext", "restore").await;
     let failed = f
@@ -258,19 +259,9 @@ async fn t1b_restore_annotation_stays_until_restore_succeeded() {
     f.recorder.set(Behaviour::Succeed);
     // The annotation goes only after the restore succeeded; then the reconciler's own writes
     // made while it was set bring one more (plain) reconcile, as with Gardener's library.
-    let done = poll::until(
-        "the restore annotation to be removed",
-        poll::DEFAULT_TIMEOUT,
-        || async {
-            let e = f.get("ext").await;
-            if has_annotation(&e) {
-                Err("still annotated")
-            } else {
-                Ok(e)
-            }
-        },
-    )
-    .await;
+    let done = f
+        .without_annotation("ext", "the restore annotation to be removed")
+        .await;
     assert!(done.finalizers().contains(&FINALIZER.to_string()));
     let versions = hist.versions();
     assert!(
@@ -422,10 +413,7 @@ async fn t2c_actuator_errors_become_last_error_with_codes_and_are_retried() {
 async fn t2d_last_error_stays_while_processing_and_goes_on_success() {
     let f = Fixture::with_shoot("t2d").await;
     let _c = f.start().await;
-    f.recorder.set(Behaviour::Fail {
-        message: "boom".into(),
-        codes: vec![],
-    });
+    f.recorder.set(Behaviour::fail("boom"));
     f.create("ext", &[], &[]).await;
     f.wait_state("ext", OperationType::Create, OperationState::Error)
         .await;
@@ -539,10 +527,7 @@ async fn t3c_a_failed_migration_is_retried_without_the_annotation() {
     let f = Fixture::with_shoot("t3c").await;
     let _c = f.start().await;
     reconciled(&f, "ext", &[]).await;
-    f.recorder.set(Behaviour::Fail {
-        message: "cannot save state".into(),
-        codes: vec![],
-    });
+    f.recorder.set(Behaviour::fail("cannot save state"));
     gardenlet::request_operation(&f.api, "ext", "migrate").await;
     let failed = f
         .wait_state("ext", OperationType::Migrate, OperationState::Error)
@@ -705,12 +690,7 @@ async fn t4c_start_up_reconciles_exactly_the_unfinished_objects() {
     let _c = f.start().await;
     f.wait_calls(Op::Reconcile, 3).await;
     poll::stays("only three reconciles", QUIET, || async {
-        let names: Vec<String> = f
-            .recorder
-            .calls()
-            .iter()
-            .map(|c| c.extension.name_any())
-            .collect();
+        let names = f.recorder.names();
         if names.len() == 3 && !names.contains(&"succeeded".to_string()) {
             Ok(())
         } else {
@@ -750,12 +730,7 @@ async fn t4d_other_types_and_classes_are_never_reconciled() {
     }
     f.wait_calls(Op::Reconcile, 1).await;
     poll::stays("only the unset class is reconciled", QUIET, || async {
-        let names: Vec<String> = f
-            .recorder
-            .calls()
-            .iter()
-            .map(|c| c.extension.name_any())
-            .collect();
+        let names = f.recorder.names();
         if names == ["unset"] {
             Ok(())
         } else {
@@ -877,50 +852,16 @@ async fn t6a_failed_shoots_are_skipped_after_the_annotation_is_removed() {
 
     let mut failed = objects::shoot("t6a");
     failed["status"]["lastOperation"]["state"] = json!("Failed");
-    Api::<Cluster>::all(f.seed.clone())
-        .patch(
-            &f.ns,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"shoot": failed}})),
-        )
-        .await
-        .expect("patch Cluster");
-    poll::until(
-        "the controller to see the failed shoot",
-        poll::DEFAULT_TIMEOUT,
-        || async {
-            let cluster = c.caches.cluster(&f.ns).ok_or("no Cluster")?;
-            let failed = cluster
-                .shoot()
-                .ok()
-                .flatten()
-                .is_some_and(|s| s.is_failed());
-            if failed {
-                Ok(())
-            } else {
-                Err("not failed yet")
-            }
-        },
-    )
-    .await;
+    shoot::patch_cluster_shoot(&f.seed, &f.ns, &failed).await;
+    shoot::wait_cached(&c.caches, &f.ns, "the failed shoot", |s| s.is_failed()).await;
     // gardenlet's request while the shoot is failed: the event filter drops it, and the resync
     // requeue of the last success (which bypasses the filter) reaches the reconciler. The
     // wrapper removes the annotation first; then the reconciler skips the failed shoot.
     let ts = jiff::Timestamp::now().to_string();
     f.patch("ext", json!({"metadata": {"annotations": {OPERATION_ANNOTATION: "reconcile", "gardener.cloud/timestamp": ts}}})).await;
-    let after = poll::until(
-        "the annotation removed by the wrapper",
-        poll::DEFAULT_TIMEOUT,
-        || async {
-            let e = f.get("ext").await;
-            if has_annotation(&e) {
-                Err("annotated")
-            } else {
-                Ok(e)
-            }
-        },
-    )
-    .await;
+    let after = f
+        .without_annotation("ext", "the annotation removed by the wrapper")
+        .await;
     assert_eq!(
         f.recorder.ops(),
         [Op::Reconcile],
@@ -1041,10 +982,7 @@ async fn t7_status_writes_never_touch_conditions() {
     let raw = |e: &Extension| serde_json::to_value(&e.status.as_ref().unwrap().conditions).unwrap();
     let _c = f.start().await;
     let hist = history::record(f.api.clone(), "ext").await;
-    f.recorder.set(Behaviour::Fail {
-        message: "boom".into(),
-        codes: vec![],
-    });
+    f.recorder.set(Behaviour::fail("boom"));
     f.wait_state("ext", OperationType::Create, OperationState::Error)
         .await;
     f.recorder.set(Behaviour::Succeed);
@@ -1092,13 +1030,6 @@ async fn generation_mode_reconciles_spec_changes_and_cluster_changes() {
     f.wait_calls(Op::Reconcile, 2).await;
     let mut shoot = objects::shoot("gen");
     shoot["spec"]["kubernetes"]["version"] = json!("1.34.0");
-    Api::<Cluster>::all(f.seed.clone())
-        .patch(
-            &f.ns,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"shoot": shoot}})),
-        )
-        .await
-        .expect("patch Cluster");
+    shoot::patch_cluster_shoot(&f.seed, &f.ns, &shoot).await;
     f.wait_calls(Op::Reconcile, 3).await;
 }

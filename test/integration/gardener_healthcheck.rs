@@ -117,15 +117,8 @@ impl World {
         annotations: &[(&str, &str)],
         finalizers: &[&str],
     ) -> Extension {
-        let mut ext = objects::extension(&self.ns, EXTENSION_TYPE, None);
-        ext.metadata.name = Some(name.to_string());
-        ext.metadata.annotations = Some(
-            annotations
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        );
-        ext.metadata.finalizers = Some(finalizers.iter().map(|f| f.to_string()).collect());
+        let ext = objects::extension(&self.ns, EXTENSION_TYPE, None);
+        let ext = objects::named(ext, name, annotations, finalizers);
         self.extensions
             .create(&PostParams::default(), &ext)
             .await

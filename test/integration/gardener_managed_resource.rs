@@ -2,7 +2,6 @@
 //! applies what we deliver into the shoot API server and writes its real conditions
 //! (contract §3, tests T9a–T9e).
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use gardener_extension_containerd_shim::gardener::api::{ConditionStatus, ManagedResource};
@@ -13,14 +12,14 @@ use gardener_extension_containerd_shim::gardener::managed_resource::{
     self as mr, Error, Manifest, SecretData, Wait, decode_secret, pack,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role, RoleBinding, RoleRef, Subject};
-use kube::api::{ApiResource, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use kube::api::{ApiResource, DynamicObject, ObjectMeta, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
-use serde::Deserialize;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use crate::support::{self, poll};
+use crate::support::rbac::{self, rule};
+use crate::support::{self, audit, poll};
 
 const MR_NAME: &str = "extension-test";
 const ORIGIN: &str = "containerd-shim";
@@ -85,12 +84,55 @@ impl Fixture {
             .expect("read the ManagedResource")
     }
 
-    /// Polls until the shoot ConfigMap `name` has exactly `data`.
-    async fn shoot_config_map_with(
-        &self,
-        name: &str,
-        data: &BTreeMap<String, String>,
-    ) -> ConfigMap {
+    /// Writes the ManagedResource of `data` as the seed's admin; true when it wrote.
+    async fn write(&self, data: &SecretData) -> bool {
+        mr::create_or_update_for_shoot(&self.c.seed, &self.ns, MR_NAME, ORIGIN, false, data)
+            .await
+            .expect("write the ManagedResource")
+    }
+
+    /// The secrets in the shoot namespace, whoever wrote them.
+    async fn secrets_now(&self) -> Vec<Secret> {
+        self.secrets()
+            .list(&Default::default())
+            .await
+            .expect("list secrets")
+            .items
+    }
+
+    async fn healthy(&self) {
+        mr::wait_until(
+            &self.c.seed,
+            &self.ns,
+            MR_NAME,
+            fast(),
+            mr::Awaited::Healthy,
+        )
+        .await
+        .expect("the ManagedResource becomes healthy");
+    }
+
+    /// Writes `data`, which holds `cm`, and waits until GRM reports it healthy and `cm` stands
+    /// in the shoot.
+    async fn deliver(&self, data: &SecretData, cm: &ConfigMap) -> ConfigMap {
+        self.write(data).await;
+        self.healthy().await;
+        self.delivered(cm).await
+    }
+
+    async fn delete_and_wait(&self) {
+        mr::delete(&self.c.seed, &self.ns, MR_NAME)
+            .await
+            .expect("delete");
+        mr::wait_until_deleted(&self.c.seed, &self.ns, MR_NAME, fast())
+            .await
+            .expect("deleted");
+    }
+
+    /// Polls until `cm` stands in the shoot with exactly its data.
+    async fn delivered(&self, cm: &ConfigMap) -> ConfigMap {
+        let name = cm.name_any();
+        let data = cm.data.as_ref();
         let api = self.shoot_config_maps();
         poll::until(
             &format!(
@@ -99,8 +141,8 @@ impl Fixture {
             ),
             poll::DEFAULT_TIMEOUT,
             || async {
-                match api.get_opt(name).await.map_err(|e| e.to_string())? {
-                    Some(cm) if cm.data.as_ref() == Some(data) => Ok(cm),
+                match api.get_opt(&name).await.map_err(|e| e.to_string())? {
+                    Some(found) if found.data.as_ref() == data => Ok(found),
                     other => Err(format!("{:?}", other.map(|cm| cm.data))),
                 }
             },
@@ -115,12 +157,7 @@ fn cluster_role(name: &str) -> ClusterRole {
             name: Some(name.into()),
             ..Default::default()
         },
-        rules: Some(vec![PolicyRule {
-            api_groups: Some(vec![String::new()]),
-            resources: Some(vec!["configmaps".into()]),
-            verbs: vec!["get".into()],
-            ..Default::default()
-        }]),
+        rules: Some(vec![rule("", &["configmaps"], &["get"])]),
         ..Default::default()
     }
 }
@@ -192,28 +229,18 @@ async fn shoot_managed_resource_is_applied_into_the_shoot() {
     ];
     let data = bundle(&objects);
 
-    let wrote = mr::create_or_update_for_shoot(&f.c.seed, &f.ns, MR_NAME, ORIGIN, false, &data)
-        .await
-        .expect("create the ManagedResource");
+    let wrote = f.write(&data).await;
     assert!(wrote, "a new ManagedResource is a write");
 
     // T9a: name, immutability, GC label, computed here independently of the library.
-    let secrets = f
-        .secrets()
-        .list(&Default::default())
-        .await
-        .expect("list secrets");
+    let secrets = f.secrets_now().await;
     assert_eq!(
-        secrets.items.len(),
+        secrets.len(),
         1,
         "exactly one secret: {:?}",
-        secrets
-            .items
-            .iter()
-            .map(|s| s.name_any())
-            .collect::<Vec<_>>()
+        secrets.iter().map(|s| s.name_any()).collect::<Vec<_>>()
     );
-    let secret = &secrets.items[0];
+    let secret = &secrets[0];
     let stored = secret.data.clone().unwrap_or_default();
     assert_eq!(stored.keys().collect::<Vec<_>>(), vec!["data.yaml.br"]);
     let checksum = sha256_hex(sha256_hex(&stored["data.yaml.br"].0).as_bytes());
@@ -265,9 +292,7 @@ async fn shoot_managed_resource_is_applied_into_the_shoot() {
         Some(&secret_name)
     );
 
-    mr::wait_until(&f.c.seed, &f.ns, MR_NAME, fast(), mr::Awaited::Healthy)
-        .await
-        .expect("the ManagedResource becomes healthy");
+    f.healthy().await;
     let status = f.mr().await;
     for condition in ["ResourcesApplied", "ResourcesHealthy"] {
         assert_eq!(
@@ -277,9 +302,7 @@ async fn shoot_managed_resource_is_applied_into_the_shoot() {
         );
     }
 
-    let applied = f
-        .shoot_config_map_with("tricky", cm.data.as_ref().unwrap())
-        .await;
+    let applied = f.delivered(&cm).await;
     assert_eq!(
         applied
             .labels()
@@ -298,63 +321,20 @@ async fn shoot_managed_resource_is_applied_into_the_shoot() {
     assert_eq!(shoot_role.rules, role.rules);
     assert!(shoot_role.metadata.namespace.is_none());
 
-    mr::delete(&f.c.seed, &f.ns, MR_NAME).await.expect("delete");
-    mr::wait_until_deleted(&f.c.seed, &f.ns, MR_NAME, fast())
-        .await
-        .expect("deleted");
+    f.delete_and_wait().await;
 }
 
 /// The seed RBAC the helper needs, for the audited controller identity.
 async fn grant_controller(f: &Fixture) -> Client {
-    let role = Role {
-        metadata: ObjectMeta {
-            name: Some("managed-resources".into()),
-            ..Default::default()
-        },
-        rules: Some(vec![
-            PolicyRule {
-                api_groups: Some(vec![String::new()]),
-                resources: Some(vec!["secrets".into()]),
-                verbs: ["get", "create", "patch", "delete"]
-                    .map(String::from)
-                    .to_vec(),
-                ..Default::default()
-            },
-            PolicyRule {
-                api_groups: Some(vec!["resources.gardener.cloud".into()]),
-                resources: Some(vec!["managedresources".into()]),
-                verbs: ["get", "create", "update", "patch", "delete"]
-                    .map(String::from)
-                    .to_vec(),
-                ..Default::default()
-            },
-        ]),
-    };
-    let binding = RoleBinding {
-        metadata: ObjectMeta {
-            name: Some("managed-resources".into()),
-            ..Default::default()
-        },
-        role_ref: RoleRef {
-            api_group: "rbac.authorization.k8s.io".into(),
-            kind: "Role".into(),
-            name: "managed-resources".into(),
-        },
-        subjects: Some(vec![Subject {
-            api_group: Some("rbac.authorization.k8s.io".into()),
-            kind: "User".into(),
-            name: "containerd-shim-controller".into(),
-            ..Default::default()
-        }]),
-    };
-    Api::<Role>::namespaced(f.c.seed.clone(), &f.ns)
-        .create(&PostParams::default(), &role)
-        .await
-        .expect("create Role");
-    Api::<RoleBinding>::namespaced(f.c.seed.clone(), &f.ns)
-        .create(&PostParams::default(), &binding)
-        .await
-        .expect("create RoleBinding");
+    let rules = vec![
+        rule("", &["secrets"], &["get", "create", "patch", "delete"]),
+        rule(
+            "resources.gardener.cloud",
+            &["managedresources"],
+            &["get", "create", "update", "patch", "delete"],
+        ),
+    ];
+    rbac::grant_controller(&f.c.seed, "managed-resources", &f.ns, vec![], rules).await;
     let controller = support::client_from(&f.c.env.seed_controller_kubeconfig).await;
     let probe: Api<ManagedResource> = Api::namespaced(controller.clone(), &f.ns);
     poll::until(
@@ -366,63 +346,15 @@ async fn grant_controller(f: &Fixture) -> Client {
     controller
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct AuditEvent {
-    stage: String,
-    verb: String,
-    #[serde(default)]
-    object_ref: Option<AuditObjectRef>,
-}
-
-#[derive(Debug, Deserialize)]
-struct AuditObjectRef {
-    #[serde(default)]
-    resource: String,
-    #[serde(default)]
-    namespace: String,
-    #[serde(default)]
-    name: String,
-}
-
-/// The audited requests the controller identity made in `ns` between the two marker reads
-/// (reads of secrets that do not exist). Waits for the second marker so that every request
-/// before it has been logged.
+/// The audited requests the controller identity made in the test's namespace between the two
+/// marker reads, as (verb, resource, name).
 async fn audited_between(f: &Fixture, first: &str, second: &str) -> Vec<(String, String, String)> {
-    let path = f.c.env.seed_audit_log.clone();
-    poll::until(
-        "the audit log to record the closing marker",
-        poll::DEFAULT_TIMEOUT,
-        || async {
-            let text = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
-            let mut inside = false;
-            let mut seen = Vec::new();
-            for line in text.lines() {
-                let Ok(event) = serde_json::from_str::<AuditEvent>(line) else {
-                    continue;
-                };
-                let Some(object) = event.object_ref else {
-                    continue;
-                };
-                if event.stage != "ResponseComplete" || object.namespace != f.ns {
-                    continue;
-                }
-                if object.name == first {
-                    inside = true;
-                } else if object.name == second {
-                    return if inside {
-                        Ok(seen)
-                    } else {
-                        Err("closing marker before opening marker".to_string())
-                    };
-                } else if inside {
-                    seen.push((event.verb, object.resource, object.name));
-                }
-            }
-            Err(format!("marker {second} not logged yet"))
-        },
-    )
-    .await
+    audit::between_markers(&f.c.env.seed_audit_log, &f.ns, first, second)
+        .await
+        .into_iter()
+        .filter(|r| r.user == rbac::CONTROLLER_USER)
+        .map(|r| (r.verb, r.resource, r.name))
+        .collect()
 }
 
 /// The steady state: a second call with equal objects makes no write request at all.
@@ -438,9 +370,7 @@ async fn unchanged_objects_write_nothing() {
             .expect("create")
     );
     // Let GRM add its finalizer and write its status first: those must not look like changes.
-    mr::wait_until(&f.c.seed, &f.ns, MR_NAME, fast(), mr::Awaited::Healthy)
-        .await
-        .expect("healthy");
+    f.healthy().await;
     let before_mr = f.mr().await;
     let secret_name = data.secret_name(MR_NAME);
     let before_secret = f.secrets().get(&secret_name).await.expect("secret");
@@ -480,15 +410,7 @@ async fn unchanged_objects_write_nothing() {
         after_secret.resource_version(),
         before_secret.resource_version()
     );
-    assert_eq!(
-        f.secrets()
-            .list(&Default::default())
-            .await
-            .expect("list")
-            .items
-            .len(),
-        1
-    );
+    assert_eq!(f.secrets_now().await.len(), 1);
 }
 
 /// T9b: changed objects go into a new secret; the ManagedResource points at it, drops stale
@@ -499,16 +421,9 @@ async fn changed_objects_move_to_a_new_secret() {
     let f = Fixture::new("mr-change").await;
     let v1 = f.config_map("changing", &[("version", "1")]);
     let data1 = bundle(&[Manifest::from_resource(&v1).unwrap()]);
-    assert!(
-        mr::create_or_update_for_shoot(&f.c.seed, &f.ns, MR_NAME, ORIGIN, false, &data1)
-            .await
-            .expect("create")
-    );
-    mr::wait_until(&f.c.seed, &f.ns, MR_NAME, fast(), mr::Awaited::Healthy)
-        .await
-        .expect("healthy");
-    f.shoot_config_map_with("changing", v1.data.as_ref().unwrap())
-        .await;
+    assert!(f.write(&data1).await);
+    f.healthy().await;
+    f.delivered(&v1).await;
     let old_secret = data1.secret_name(MR_NAME);
 
     // Someone else's metadata, and a stale reference that must go.
@@ -532,11 +447,7 @@ async fn changed_objects_move_to_a_new_secret() {
     let data2 = bundle(&[Manifest::from_resource(&v2).unwrap()]);
     let new_secret = data2.secret_name(MR_NAME);
     assert_ne!(new_secret, old_secret);
-    assert!(
-        mr::create_or_update_for_shoot(&f.c.seed, &f.ns, MR_NAME, ORIGIN, false, &data2)
-            .await
-            .expect("update")
-    );
+    assert!(f.write(&data2).await);
 
     let after = f.mr().await;
     assert_eq!(after.uid(), before.uid(), "updated, not recreated");
@@ -587,17 +498,11 @@ async fn changed_objects_move_to_a_new_secret() {
         Some("true")
     );
 
-    f.shoot_config_map_with("changing", v2.data.as_ref().unwrap())
-        .await;
-    mr::wait_until(&f.c.seed, &f.ns, MR_NAME, fast(), mr::Awaited::Healthy)
-        .await
-        .expect("healthy after the change");
+    f.delivered(&v2).await;
+    f.healthy().await;
 
     // Delete removes every referenced secret; the superseded one is not referenced any more.
-    mr::delete(&f.c.seed, &f.ns, MR_NAME).await.expect("delete");
-    mr::wait_until_deleted(&f.c.seed, &f.ns, MR_NAME, fast())
-        .await
-        .expect("deleted");
+    f.delete_and_wait().await;
     assert!(
         f.secrets()
             .get_opt(&new_secret)
@@ -615,9 +520,7 @@ async fn a_stale_read_handed_over_is_read_again() {
     let v1 = f.config_map("handed", &[("version", "1")]);
     let data1 = bundle(&[Manifest::from_resource(&v1).unwrap()]);
     // Read as absent, then someone created it: the create meets AlreadyExists.
-    mr::create_or_update_for_shoot(&f.c.seed, &f.ns, MR_NAME, ORIGIN, false, &data1)
-        .await
-        .expect("create");
+    f.write(&data1).await;
     let v2 = f.config_map("handed", &[("version", "2")]);
     let data2 = bundle(&[Manifest::from_resource(&v2).unwrap()]);
     let shoot_bundle = |data| mr::ShootBundle {
@@ -677,8 +580,7 @@ async fn a_stale_read_handed_over_is_read_again() {
         Some("other"),
         "the foreign change survives"
     );
-    f.shoot_config_map_with("handed", v3.data.as_ref().unwrap())
-        .await;
+    f.delivered(&v3).await;
 }
 
 /// T9d, migration: keepObjects is set before the delete, so the shoot objects stay.
@@ -687,44 +589,22 @@ async fn keep_objects_then_delete_leaves_the_shoot_objects() {
     let f = Fixture::new("mr-keep").await;
     let cm = f.config_map("kept", &[("k", "v")]);
     let data = bundle(&[Manifest::from_resource(&cm).unwrap()]);
-    mr::create_or_update_for_shoot(&f.c.seed, &f.ns, MR_NAME, ORIGIN, false, &data)
-        .await
-        .expect("create");
-    mr::wait_until(&f.c.seed, &f.ns, MR_NAME, fast(), mr::Awaited::Healthy)
-        .await
-        .expect("healthy");
-    f.shoot_config_map_with("kept", cm.data.as_ref().unwrap())
-        .await;
+    f.deliver(&data, &cm).await;
 
     // A second bundle supersedes the first secret; deleting the ManagedResource deletes both.
     let cm = f.config_map("kept", &[("k", "v2")]);
     let data = bundle(&[Manifest::from_resource(&cm).unwrap()]);
-    mr::create_or_update_for_shoot(&f.c.seed, &f.ns, MR_NAME, ORIGIN, false, &data)
-        .await
-        .expect("update");
-    mr::wait_until(&f.c.seed, &f.ns, MR_NAME, fast(), mr::Awaited::Healthy)
-        .await
-        .expect("healthy");
-    f.shoot_config_map_with("kept", cm.data.as_ref().unwrap())
-        .await;
+    f.deliver(&data, &cm).await;
 
     mr::set_keep_objects(&f.c.seed, &f.ns, MR_NAME, true)
         .await
         .expect("set keepObjects");
     assert_eq!(f.mr().await.spec.keep_objects, Some(true));
-    mr::delete(&f.c.seed, &f.ns, MR_NAME).await.expect("delete");
-    mr::wait_until_deleted(&f.c.seed, &f.ns, MR_NAME, fast())
-        .await
-        .expect("deleted");
+    f.delete_and_wait().await;
 
     assert!(f.mrs().get_opt(MR_NAME).await.expect("read").is_none());
     assert!(
-        f.secrets()
-            .list(&Default::default())
-            .await
-            .expect("list")
-            .items
-            .is_empty(),
+        f.secrets_now().await.is_empty(),
         "the secrets, the superseded one too, are deleted with the ManagedResource"
     );
     let kept = f
@@ -755,20 +635,10 @@ async fn delete_removes_the_shoot_objects_before_the_managed_resource_goes() {
         Manifest::from_resource(&cm).unwrap(),
         Manifest::from_resource(&cluster_role(&role_name)).unwrap(),
     ]);
-    mr::create_or_update_for_shoot(&f.c.seed, &f.ns, MR_NAME, ORIGIN, false, &data)
-        .await
-        .expect("create");
-    mr::wait_until(&f.c.seed, &f.ns, MR_NAME, fast(), mr::Awaited::Healthy)
-        .await
-        .expect("healthy");
-    f.shoot_config_map_with("doomed", cm.data.as_ref().unwrap())
-        .await;
+    f.deliver(&data, &cm).await;
     assert!(f.mr().await.finalizers().iter().any(|f| f == GRM_FINALIZER));
 
-    mr::delete(&f.c.seed, &f.ns, MR_NAME).await.expect("delete");
-    mr::wait_until_deleted(&f.c.seed, &f.ns, MR_NAME, fast())
-        .await
-        .expect("deleted");
+    f.delete_and_wait().await;
 
     assert!(f.mrs().get_opt(MR_NAME).await.expect("read").is_none());
     assert!(
@@ -789,14 +659,7 @@ async fn wait_until_deleted_times_out_with_grms_message() {
     let f = Fixture::new("mr-stuck").await;
     let cm = f.config_map("held", &[("k", "v")]);
     let data = bundle(&[Manifest::from_resource(&cm).unwrap()]);
-    mr::create_or_update_for_shoot(&f.c.seed, &f.ns, MR_NAME, ORIGIN, false, &data)
-        .await
-        .expect("create");
-    mr::wait_until(&f.c.seed, &f.ns, MR_NAME, fast(), mr::Awaited::Healthy)
-        .await
-        .expect("healthy");
-    f.shoot_config_map_with("held", cm.data.as_ref().unwrap())
-        .await;
+    f.deliver(&data, &cm).await;
     let hold = json!({"metadata": {"finalizers": ["test.gardener.cloud/hold"]}});
     f.shoot_config_maps()
         .patch("held", &PatchParams::default(), &Patch::Merge(&hold))
@@ -900,13 +763,5 @@ async fn the_gardener_origin_is_refused() {
         .await
         .expect_err("refused");
     assert!(matches!(err, Error::InvalidOrigin { .. }), "{err}");
-    assert!(
-        f.secrets()
-            .list(&Default::default())
-            .await
-            .expect("list")
-            .items
-            .is_empty(),
-        "nothing written"
-    );
+    assert!(f.secrets_now().await.is_empty(), "nothing written");
 }

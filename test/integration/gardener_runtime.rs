@@ -15,9 +15,6 @@ use gardener_extension_containerd_shim::gardener::runtime::{
     ControllerContext, Manager, Operation, OperationResult, ReconcileResult, RuntimeOptions,
 };
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::api::rbac::v1::{
-    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
-};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Api;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
@@ -25,7 +22,8 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::support::process::{BIN, EXIT_TIMEOUT, LEASE_DURATION, Replica, free_port, http_get};
-use crate::support::{self, poll};
+use crate::support::rbac::{self, rule};
+use crate::support::{self, audit, poll};
 
 const EXTENSION: &str = "containerd-shim";
 const LEADER_LEASE: &str = "containerd-shim-leader-election";
@@ -68,6 +66,23 @@ async fn wait_for_holder(leases: &Api<Lease>, prefixes: &[String], timeout: Dura
 
 async fn test_namespace(c: &support::Clusters, prefix: &str) -> String {
     support::create_namespace(&c.seed, &support::unique_name(prefix), &[]).await
+}
+
+/// Two heartbeat-only replicas in `ns`, once one of them holds the leader-election Lease; with
+/// the index of that leader.
+async fn leader_and_standby(
+    c: &support::Clusters,
+    ns: &str,
+    leases: &Api<Lease>,
+) -> ([Replica; 2], usize) {
+    let replicas = [
+        Replica::spawn("replica-a", &c.env.seed_kubeconfig, ns, HEARTBEAT_ONLY),
+        Replica::spawn("replica-b", &c.env.seed_kubeconfig, ns, HEARTBEAT_ONLY),
+    ];
+    let prefixes: Vec<String> = replicas.iter().map(Replica::identity_prefix).collect();
+    let holder = wait_for_holder(leases, &prefixes, poll::DEFAULT_TIMEOUT).await;
+    let leader_index = usize::from(!holder.starts_with(&prefixes[0]));
+    (replicas, leader_index)
 }
 
 #[tokio::test]
@@ -185,13 +200,7 @@ async fn t10b_one_of_two_replicas_leads_and_the_other_takes_over_when_it_dies() 
     let c = support::Clusters::connect().await;
     let ns = test_namespace(&c, "rt-failover").await;
     let leases: Api<Lease> = Api::namespaced(c.seed.clone(), &ns);
-    let mut replicas = [
-        Replica::spawn("replica-a", &c.env.seed_kubeconfig, &ns, HEARTBEAT_ONLY),
-        Replica::spawn("replica-b", &c.env.seed_kubeconfig, &ns, HEARTBEAT_ONLY),
-    ];
-    let prefixes: Vec<String> = replicas.iter().map(Replica::identity_prefix).collect();
-    let holder = wait_for_holder(&leases, &prefixes, poll::DEFAULT_TIMEOUT).await;
-    let leader_index = usize::from(!holder.starts_with(&prefixes[0]));
+    let (mut replicas, leader_index) = leader_and_standby(&c, &ns, &leases).await;
     let leader = &replicas[leader_index];
     let standby = &replicas[1 - leader_index];
 
@@ -332,124 +341,26 @@ async fn a_deleted_lease_stops_the_leader() {
 /// The controller's identity with exactly what a heartbeat-only process needs: the Leases in
 /// `ns`, and reading what the shared caches watch.
 async fn grant_runtime_rules(c: &support::Clusters, ns: &str) {
-    let user = Subject {
-        api_group: Some("rbac.authorization.k8s.io".into()),
-        kind: "User".into(),
-        name: "containerd-shim-controller".into(),
-        ..Default::default()
-    };
-    let rule = |group: &str, resources: &[&str], verbs: &[&str]| PolicyRule {
-        api_groups: Some(vec![group.to_string()]),
-        resources: Some(resources.iter().map(|r| r.to_string()).collect()),
-        verbs: verbs.iter().map(|v| v.to_string()).collect(),
-        ..Default::default()
-    };
+    let mut cluster_rules = rbac::cache_rules();
+    cluster_rules.push(rule(
+        "extensions.gardener.cloud",
+        &["extensions"],
+        &["list", "watch"],
+    ));
+    let leases = rule(
+        "coordination.k8s.io",
+        &["leases"],
+        &["get", "create", "patch"],
+    );
     let name = support::unique_name("rt-agent");
-    let cluster_role = ClusterRole {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            ..Default::default()
-        },
-        rules: Some(vec![
-            rule(
-                "extensions.gardener.cloud",
-                &["extensions", "clusters"],
-                &["list", "watch"],
-            ),
-            rule(
-                "resources.gardener.cloud",
-                &["managedresources"],
-                &["list", "watch"],
-            ),
-            rule("", &["namespaces"], &["list", "watch"]),
-        ]),
-        ..Default::default()
-    };
-    let role = Role {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            ..Default::default()
-        },
-        rules: Some(vec![rule(
-            "coordination.k8s.io",
-            &["leases"],
-            &["get", "create", "patch"],
-        )]),
-    };
-    let role_ref = |kind: &str| RoleRef {
-        api_group: "rbac.authorization.k8s.io".into(),
-        kind: kind.into(),
-        name: name.clone(),
-    };
-    Api::<ClusterRole>::all(c.seed.clone())
-        .create(&PostParams::default(), &cluster_role)
-        .await
-        .unwrap_or_else(|e| panic!("create ClusterRole: {e}"));
-    Api::<ClusterRoleBinding>::all(c.seed.clone())
-        .create(
-            &PostParams::default(),
-            &ClusterRoleBinding {
-                metadata: ObjectMeta {
-                    name: Some(name.clone()),
-                    ..Default::default()
-                },
-                role_ref: role_ref("ClusterRole"),
-                subjects: Some(vec![user.clone()]),
-            },
-        )
-        .await
-        .unwrap_or_else(|e| panic!("create ClusterRoleBinding: {e}"));
-    Api::<Role>::namespaced(c.seed.clone(), ns)
-        .create(&PostParams::default(), &role)
-        .await
-        .unwrap_or_else(|e| panic!("create Role: {e}"));
-    Api::<RoleBinding>::namespaced(c.seed.clone(), ns)
-        .create(
-            &PostParams::default(),
-            &RoleBinding {
-                metadata: ObjectMeta {
-                    name: Some(name.clone()),
-                    ..Default::default()
-                },
-                role_ref: role_ref("Role"),
-                subjects: Some(vec![user]),
-            },
-        )
-        .await
-        .unwrap_or_else(|e| panic!("create RoleBinding: {e}"));
-}
-
-/// One audited request of the controller identity.
-#[derive(Debug)]
-struct Audited {
-    verb: String,
-    resource: String,
-    namespace: String,
-    name: String,
-    user_agent: String,
+    rbac::grant_controller(&c.seed, &name, ns, cluster_rules, vec![leases]).await;
 }
 
 /// The controller identity's completed requests in the audit log, from byte `from` on.
-fn audited(path: &Path, from: usize) -> Vec<Audited> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    text.get(from..)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|e| {
-            e["stage"] == "ResponseComplete"
-                && e["user"]["username"] == "containerd-shim-controller"
-        })
-        .map(|e| {
-            let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
-            Audited {
-                verb: text(&e["verb"]),
-                resource: text(&e["objectRef"]["resource"]),
-                namespace: text(&e["objectRef"]["namespace"]),
-                name: text(&e["objectRef"]["name"]),
-                user_agent: text(&e["userAgent"]),
-            }
-        })
+fn audited(path: &Path, from: usize) -> Vec<audit::Request> {
+    audit::completed(path, from)
+        .into_iter()
+        .filter(|r| r.user == rbac::CONTROLLER_USER)
         .collect()
 }
 
@@ -522,16 +433,16 @@ async fn requests_name_their_component_and_a_renewal_is_one_request() {
             env!("CARGO_PKG_VERSION")
         )
     };
-    let ours: Vec<&Audited> = requests
+    let ours: Vec<&audit::Request> = requests
         .iter()
         .filter(|r| r.namespace == ns && r.resource == "leases")
         .collect();
-    let election: Vec<&Audited> = ours
+    let election: Vec<&audit::Request> = ours
         .iter()
         .copied()
         .filter(|r| r.name == LEADER_LEASE)
         .collect();
-    let heartbeat: Vec<&Audited> = ours
+    let heartbeat: Vec<&audit::Request> = ours
         .iter()
         .copied()
         .filter(|r| r.name == HEARTBEAT_LEASE)
@@ -571,20 +482,14 @@ async fn a_paused_leader_that_was_replaced_exits_when_it_resumes() {
     let c = support::Clusters::connect().await;
     let ns = test_namespace(&c, "rt-paused").await;
     let leases: Api<Lease> = Api::namespaced(c.seed.clone(), &ns);
-    let mut replicas = [
-        Replica::spawn("replica-a", &c.env.seed_kubeconfig, &ns, HEARTBEAT_ONLY),
-        Replica::spawn("replica-b", &c.env.seed_kubeconfig, &ns, HEARTBEAT_ONLY),
-    ];
-    let prefixes: Vec<String> = replicas.iter().map(Replica::identity_prefix).collect();
-    let holder = wait_for_holder(&leases, &prefixes, poll::DEFAULT_TIMEOUT).await;
-    let leader_index = usize::from(!holder.starts_with(&prefixes[0]));
+    let (mut replicas, leader_index) = leader_and_standby(&c, &ns, &leases).await;
 
     // A leader that stalls (CPU starvation, a long GC-like pause) misses its renewals; the
     // stand-by takes over. When the old leader runs again it must not reconcile a moment longer.
     replicas[leader_index].signal("STOP");
     wait_for_holder(
         &leases,
-        &[prefixes[1 - leader_index].clone()],
+        &[replicas[1 - leader_index].identity_prefix()],
         LEASE_DURATION * 4,
     )
     .await;

@@ -488,12 +488,7 @@ async fn a_kill_between_any_two_steps_is_completed_by_the_next_run() {
         let installed = install.clone();
         let kills = crash_everywhere(
             major,
-            &move |node| {
-                let installed = installed.clone();
-                Box::pin(async move {
-                    node.installer.run(&installed).await.unwrap();
-                })
-            },
+            &move |node| Box::pin(installed_then_staged(node, installed.clone(), None)),
             uninstall(),
         )
         .await;
@@ -508,11 +503,11 @@ async fn a_kill_between_any_two_steps_is_completed_by_the_next_run() {
         let kills = crash_everywhere(
             major,
             &move |node| {
-                let installed = installed.clone();
-                Box::pin(async move {
-                    node.installer.run(&installed).await.unwrap();
-                    node.stage_shim(&spin("v0.23.0"));
-                })
+                Box::pin(installed_then_staged(
+                    node,
+                    installed.clone(),
+                    Some(spin("v0.23.0")),
+                ))
             },
             upgrade,
         )
@@ -521,6 +516,19 @@ async fn a_kill_between_any_two_steps_is_completed_by_the_next_run() {
             kills >= 5,
             "major {major}: only {kills} kill points in an upgrade"
         );
+    }
+}
+
+/// The node of a crash test before its scenario: `installed` converged, then `next` (the shim
+/// of an upgrade) staged when given.
+async fn installed_then_staged(
+    node: &mut TestNode,
+    installed: gardener_extension_containerd_shim::desired_shims::DesiredShims,
+    next: Option<gardener_extension_containerd_shim::desired_shims::DesiredShim>,
+) {
+    node.installer.run(&installed).await.unwrap();
+    if let Some(shim) = next {
+        node.stage_shim(&shim);
     }
 }
 

@@ -20,118 +20,42 @@ use gardener_extension_containerd_shim::shim::config::{Catalog, images};
 use gardener_extension_containerd_shim::shim::health::VerifiedNodesCheck;
 use gardener_extension_containerd_shim::shim::identity::{MANAGED_RESOURCE, ORIGIN};
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::rbac::v1::{
-    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
-};
-use kube::api::{ObjectMeta, PostParams};
+use kube::api::PostParams;
 use kube::{Api, Client};
 use serde_json::json;
 use tokio::sync::oneshot;
 
 use crate::support::controller;
-use crate::support::{self, gardenlet, objects, poll};
+use crate::support::rbac::{self, rule};
+use crate::support::{self, audit, gardenlet, objects, poll};
 
-const USER: &str = "containerd-shim-controller";
 const CONDITION: &str = "SystemComponentsHealthy";
 const PERIOD: Duration = Duration::from_secs(1);
-
-fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
-    PolicyRule {
-        api_groups: Some(vec![group.to_string()]),
-        resources: Some(resources.iter().map(|r| r.to_string()).collect()),
-        verbs: verbs.iter().map(|v| v.to_string()).collect(),
-        ..Default::default()
-    }
-}
 
 /// The chart's rules for the audited identity: cluster-wide what the caches need, in `ns` what
 /// a reconcile writes.
 async fn grant(seed: &Client, ns: &str) -> Client {
     let name = support::unique_name("request-budget");
-    let subject = Subject {
-        api_group: Some("rbac.authorization.k8s.io".into()),
-        kind: "User".into(),
-        name: USER.into(),
-        ..Default::default()
-    };
-    let role_ref = |kind: &str| RoleRef {
-        api_group: "rbac.authorization.k8s.io".into(),
-        kind: kind.into(),
-        name: name.clone(),
-    };
-    let meta = || ObjectMeta {
-        name: Some(name.clone()),
-        ..Default::default()
-    };
-    let cluster_role = ClusterRole {
-        metadata: meta(),
-        rules: Some(vec![
-            rule(
-                "extensions.gardener.cloud",
-                &["clusters"],
-                &["list", "watch"],
-            ),
-            rule(
-                "resources.gardener.cloud",
-                &["managedresources"],
-                &["list", "watch"],
-            ),
-            rule("", &["namespaces"], &["list", "watch"]),
-        ]),
-        ..Default::default()
-    };
-    let role = Role {
-        metadata: meta(),
-        rules: Some(vec![
-            rule(
-                "extensions.gardener.cloud",
-                &["extensions"],
-                &["list", "watch", "patch"],
-            ),
-            rule(
-                "extensions.gardener.cloud",
-                &["extensions/status"],
-                &["patch"],
-            ),
-            rule(
-                "resources.gardener.cloud",
-                &["managedresources"],
-                &["get", "create", "update", "patch", "delete"],
-            ),
-            rule("", &["secrets"], &["get", "create", "patch", "delete"]),
-            rule("events.k8s.io", &["events"], &["create", "patch"]),
-        ]),
-    };
-    Api::<ClusterRole>::all(seed.clone())
-        .create(&PostParams::default(), &cluster_role)
-        .await
-        .expect("create ClusterRole");
-    Api::<ClusterRoleBinding>::all(seed.clone())
-        .create(
-            &PostParams::default(),
-            &ClusterRoleBinding {
-                metadata: meta(),
-                role_ref: role_ref("ClusterRole"),
-                subjects: Some(vec![subject.clone()]),
-            },
-        )
-        .await
-        .expect("create ClusterRoleBinding");
-    Api::<Role>::namespaced(seed.clone(), ns)
-        .create(&PostParams::default(), &role)
-        .await
-        .expect("create Role");
-    Api::<RoleBinding>::namespaced(seed.clone(), ns)
-        .create(
-            &PostParams::default(),
-            &RoleBinding {
-                metadata: meta(),
-                role_ref: role_ref("Role"),
-                subjects: Some(vec![subject]),
-            },
-        )
-        .await
-        .expect("create RoleBinding");
+    let namespace_rules = vec![
+        rule(
+            "extensions.gardener.cloud",
+            &["extensions"],
+            &["list", "watch", "patch"],
+        ),
+        rule(
+            "extensions.gardener.cloud",
+            &["extensions/status"],
+            &["patch"],
+        ),
+        rule(
+            "resources.gardener.cloud",
+            &["managedresources"],
+            &["get", "create", "update", "patch", "delete"],
+        ),
+        rule("", &["secrets"], &["get", "create", "patch", "delete"]),
+        rule("events.k8s.io", &["events"], &["create", "patch"]),
+    ];
+    rbac::grant_controller(seed, &name, ns, rbac::cache_rules(), namespace_rules).await;
     let env = support::Env::load();
     let client = support::client_from(&env.seed_controller_kubeconfig).await;
     // One request through each binding: the ClusterRole's namespace list, the Role's read of
@@ -153,49 +77,18 @@ async fn grant(seed: &Client, ns: &str) -> Client {
 }
 
 /// The identity's completed requests in `ns` between two marker reads (reads of secrets that do
-/// not exist), as `verb resource` with counts; waits until the closing marker is logged.
+/// not exist), as `verb resource` with counts.
 async fn requests_between(ns: &str, open: &str, close: &str) -> BTreeMap<String, u32> {
-    let path = support::Env::load().seed_audit_log;
-    poll::until(
-        "the audit log to record the closing marker",
-        poll::DEFAULT_TIMEOUT,
-        || async {
-            let text = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
-            let mut inside = false;
-            let mut seen = BTreeMap::new();
-            for line in text.lines() {
-                let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else {
-                    continue;
-                };
-                let object = &event["objectRef"];
-                if event["stage"] != "ResponseComplete"
-                    || event["user"]["username"] != USER
-                    || object["namespace"] != ns
-                {
-                    continue;
-                }
-                let name = object["name"].as_str().unwrap_or_default();
-                if name == open {
-                    inside = true;
-                } else if name == close {
-                    return if inside {
-                        Ok(seen)
-                    } else {
-                        Err("closing marker before the opening one".to_string())
-                    };
-                } else if inside {
-                    let mut resource = object["resource"].as_str().unwrap_or_default().to_string();
-                    if let Some(sub) = object["subresource"].as_str() {
-                        resource = format!("{resource}/{sub}");
-                    }
-                    let key = format!("{} {resource}", event["verb"].as_str().unwrap_or_default());
-                    *seen.entry(key).or_insert(0) += 1;
-                }
-            }
-            Err(format!("marker {close} not logged yet"))
-        },
-    )
-    .await
+    let log = support::Env::load().seed_audit_log;
+    let mut seen = BTreeMap::new();
+    for request in audit::between_markers(&log, ns, open, close).await {
+        if request.user == rbac::CONTROLLER_USER {
+            *seen
+                .entry(format!("{} {}", request.verb, request.resource))
+                .or_insert(0) += 1;
+        }
+    }
+    seen
 }
 
 async fn marker(client: &Client, ns: &str, prefix: &str) -> String {

@@ -5,6 +5,7 @@
 //! The bundle's shoot objects have fixed names (one installer per shoot), so these tests take
 //! turns on the one shoot API server.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,7 +26,7 @@ use serde_json::{Value, json};
 use tokio::sync::{Mutex, MutexGuard};
 
 use crate::support::controller::{self, RunningController};
-use crate::support::{self, gardenlet, nodes, objects, poll};
+use crate::support::{self, gardenlet, nodes, objects, poll, shoot};
 
 pub(crate) static SHOOT: Mutex<()> = Mutex::const_new(());
 
@@ -124,6 +125,39 @@ impl Fixture {
             .get_opt(MANAGED_RESOURCE)
             .await
             .expect("get MR")
+    }
+
+    /// Polls until gardener-resource-manager reports the bundle `awaited`; `what` names it in a
+    /// failure.
+    async fn bundle_is(&self, awaited: managed_resource::Awaited, what: &str) {
+        managed_resource::wait_until(
+            &self.seed,
+            &self.ns,
+            MANAGED_RESOURCE,
+            managed_resource::Wait::new(poll::DEFAULT_TIMEOUT)
+                .with_interval(Duration::from_millis(200)),
+            awaited,
+        )
+        .await
+        .expect(what);
+    }
+
+    /// The Extension as it is now; an error (for a poll) when it cannot be read.
+    async fn extension(&self) -> Result<Extension, String> {
+        self.api
+            .get("containerd-shim")
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    /// The annotations of the installer DaemonSet's pod template (its rollout hash).
+    async fn installer_template_annotations(&self) -> BTreeMap<String, String> {
+        self.daemon_set()
+            .await
+            .and_then(|d| d.spec)
+            .and_then(|s| s.template.metadata)
+            .and_then(|m| m.annotations)
+            .expect("the installer DaemonSet's pod template has annotations")
     }
 
     /// The objects in the MR's current secret.
@@ -255,16 +289,11 @@ async fn bundle_reaches_the_shoot_and_passes_gardenlets_check() {
         ["spin"]
     );
     assert!(f.daemon_set().await.is_some());
-    managed_resource::wait_until(
-        &f.seed,
-        &f.ns,
-        MANAGED_RESOURCE,
-        managed_resource::Wait::new(poll::DEFAULT_TIMEOUT)
-            .with_interval(Duration::from_millis(200)),
+    f.bundle_is(
         managed_resource::Awaited::Healthy,
+        "gardener-resource-manager reports the bundle healthy",
     )
-    .await
-    .expect("gardener-resource-manager reports the bundle healthy");
+    .await;
 }
 
 #[tokio::test]
@@ -277,17 +306,7 @@ async fn a_config_change_rolls_out_and_a_removed_shim_loses_its_runtime_class() 
     let first_secret = f.managed_resource().await.unwrap().spec.secret_refs[0]
         .name
         .clone();
-    let first_hash = f
-        .daemon_set()
-        .await
-        .unwrap()
-        .spec
-        .unwrap()
-        .template
-        .metadata
-        .unwrap()
-        .annotations
-        .unwrap();
+    let first_hash = f.installer_template_annotations().await;
 
     let ts = f
         .set_config(config(
@@ -315,17 +334,7 @@ async fn a_config_change_rolls_out_and_a_removed_shim_loses_its_runtime_class() 
         },
     )
     .await;
-    let hash = f
-        .daemon_set()
-        .await
-        .unwrap()
-        .spec
-        .unwrap()
-        .template
-        .metadata
-        .unwrap()
-        .annotations
-        .unwrap();
+    let hash = f.installer_template_annotations().await;
     assert_ne!(
         hash, first_hash,
         "the pod template changes with the desired set"
@@ -349,11 +358,7 @@ async fn a_bad_config_is_a_configuration_problem_and_keeps_the_bundle() {
     ))
     .await;
     let ext = poll::until("the configuration error", poll::DEFAULT_TIMEOUT, || async {
-        let e = f
-            .api
-            .get("containerd-shim")
-            .await
-            .map_err(|e| e.to_string())?;
+        let e = f.extension().await?;
         match e.status.as_ref().and_then(|s| s.last_error.clone()) {
             Some(err) => Ok(err),
             None => Err("no lastError yet".to_string()),
@@ -393,16 +398,11 @@ async fn delete_uninstalls_from_every_node_before_removing_the_bundle() {
     let sim = nodes::start(f.shoot.clone(), "kube-system", INSTALLER_SELECTOR);
     f.create(config(json!([{"name": "spin"}]))).await;
     f.ready(None).await;
-    managed_resource::wait_until(
-        &f.seed,
-        &f.ns,
-        MANAGED_RESOURCE,
-        managed_resource::Wait::new(poll::DEFAULT_TIMEOUT)
-            .with_interval(Duration::from_millis(200)),
+    f.bundle_is(
         managed_resource::Awaited::RolledOut,
+        "installed on both nodes",
     )
-    .await
-    .expect("installed on both nodes");
+    .await;
 
     // The nodes are busy uninstalling: their new installer pods are not ready yet.
     sim.ready.store(false, std::sync::atomic::Ordering::SeqCst);
@@ -411,11 +411,7 @@ async fn delete_uninstalls_from_every_node_before_removing_the_bundle() {
         "the uninstall in progress",
         poll::DEFAULT_TIMEOUT,
         || async {
-            let e = f
-                .api
-                .get("containerd-shim")
-                .await
-                .map_err(|e| e.to_string())?;
+            let e = f.extension().await?;
             let description = e
                 .status
                 .and_then(|s| s.last_operation)
@@ -483,11 +479,7 @@ async fn migrate_keeps_the_shoot_objects_and_restore_brings_the_managed_resource
 
     gardenlet::request_operation(&f.api, "containerd-shim", "migrate").await;
     poll::until("Migrate/Succeeded", poll::DEFAULT_TIMEOUT, || async {
-        let e = f
-            .api
-            .get("containerd-shim")
-            .await
-            .map_err(|e| e.to_string())?;
+        let e = f.extension().await?;
         let last = e
             .status
             .and_then(|s| s.last_operation)
@@ -515,11 +507,7 @@ async fn migrate_keeps_the_shoot_objects_and_restore_brings_the_managed_resource
         "finalizers and annotation removed",
         poll::DEFAULT_TIMEOUT,
         || async {
-            let e = f
-                .api
-                .get("containerd-shim")
-                .await
-                .map_err(|e| e.to_string())?;
+            let e = f.extension().await?;
             if e.finalizers().is_empty()
                 && !e.annotations().contains_key("gardener.cloud/operation")
             {
@@ -565,16 +553,11 @@ async fn migrate_keeps_the_shoot_objects_and_restore_brings_the_managed_resource
         "no Restore/Succeeded"
     );
     assert!(f.managed_resource().await.is_some());
-    managed_resource::wait_until(
-        &f.seed,
-        &f.ns,
-        MANAGED_RESOURCE,
-        managed_resource::Wait::new(poll::DEFAULT_TIMEOUT)
-            .with_interval(Duration::from_millis(200)),
+    f.bundle_is(
         managed_resource::Awaited::Healthy,
+        "the restored bundle is healthy",
     )
-    .await
-    .expect("the restored bundle is healthy");
+    .await;
 }
 
 #[tokio::test]
@@ -584,32 +567,12 @@ async fn a_hibernated_shoot_gets_no_rollout() {
     f.ready(None).await;
     let before = f.managed_resource().await.unwrap();
 
-    let mut shoot = objects::shoot("shim-hibernated");
-    shoot["spec"]["hibernation"] = json!({"enabled": true});
-    Api::<Cluster>::all(f.seed.clone())
-        .patch(
-            &f.ns,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"shoot": shoot}})),
-        )
-        .await
-        .expect("hibernate");
-    poll::until(
-        "the controller to see the hibernation",
-        poll::DEFAULT_TIMEOUT,
-        || async {
-            let c = f._controller.caches.cluster(&f.ns).ok_or("no Cluster")?;
-            if c.shoot()
-                .ok()
-                .flatten()
-                .is_some_and(|s| s.hibernation_enabled())
-            {
-                Ok(())
-            } else {
-                Err("not yet")
-            }
-        },
-    )
+    let mut shoot_json = objects::shoot("shim-hibernated");
+    shoot_json["spec"]["hibernation"] = json!({"enabled": true});
+    shoot::patch_cluster_shoot(&f.seed, &f.ns, &shoot_json).await;
+    shoot::wait_cached(&f._controller.caches, &f.ns, "the hibernation", |s| {
+        s.hibernation_enabled()
+    })
     .await;
     let ts = f
         .set_config(config(json!([{"name": "spin"}, {"name": "wasmtime"}])))
@@ -629,32 +592,12 @@ async fn a_deleted_shoot_skips_the_uninstall() {
     f.ready(None).await;
     // Nodes that would never report clean: only skipping the uninstall lets the delete finish.
     sim.ready.store(false, std::sync::atomic::Ordering::SeqCst);
-    let mut shoot = objects::shoot("shim-shoot-deleted");
-    shoot["metadata"]["deletionTimestamp"] = json!(jiff::Timestamp::now().to_string());
-    Api::<Cluster>::all(f.seed.clone())
-        .patch(
-            &f.ns,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"shoot": shoot}})),
-        )
-        .await
-        .expect("mark the shoot deleted");
-    poll::until(
-        "the controller to see the deletion",
-        poll::DEFAULT_TIMEOUT,
-        || async {
-            let c = f._controller.caches.cluster(&f.ns).ok_or("no Cluster")?;
-            if c.shoot()
-                .ok()
-                .flatten()
-                .is_some_and(|s| s.is_being_deleted())
-            {
-                Ok(())
-            } else {
-                Err("not yet")
-            }
-        },
-    )
+    let mut shoot_json = objects::shoot("shim-shoot-deleted");
+    shoot_json["metadata"]["deletionTimestamp"] = json!(jiff::Timestamp::now().to_string());
+    shoot::patch_cluster_shoot(&f.seed, &f.ns, &shoot_json).await;
+    shoot::wait_cached(&f._controller.caches, &f.ns, "the deletion", |s| {
+        s.is_being_deleted()
+    })
     .await;
     gardenlet::delete(&f.api, "containerd-shim").await;
     f.gone().await;
@@ -763,16 +706,8 @@ async fn installer_is_confined(f: Fixture) {
     let _kubelets = nodes::start(f.shoot.clone(), "kube-system", INSTALLER_SELECTOR);
     f.create(config(json!([{"name": "wasmtime"}]))).await;
     f.ready(None).await;
-    managed_resource::wait_until(
-        &f.seed,
-        &f.ns,
-        MANAGED_RESOURCE,
-        managed_resource::Wait::new(poll::DEFAULT_TIMEOUT)
-            .with_interval(Duration::from_millis(200)),
-        managed_resource::Awaited::Healthy,
-    )
-    .await
-    .expect("bundle applied");
+    f.bundle_is(managed_resource::Awaited::Healthy, "bundle applied")
+        .await;
 
     let env = support::Env::load();
     let installer = installer_client(&env, &own).await;

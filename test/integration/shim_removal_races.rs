@@ -11,21 +11,19 @@
 
 use std::time::Duration;
 
-use gardener_extension_containerd_shim::gardener::api::{
-    Extension, ManagedResource, OperationState, OperationType,
-};
+use gardener_extension_containerd_shim::gardener::api::{Extension, ManagedResource};
 use gardener_extension_containerd_shim::gardener::managed_resource;
 use gardener_extension_containerd_shim::shim::actuator::ActuatorSettings;
 use gardener_extension_containerd_shim::shim::identity::MANAGED_RESOURCE;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::node::v1::RuntimeClass;
+use kube::Api;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
-use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use crate::shim_lifecycle::{Fixture, config, fast_settings};
 use crate::support::bundles::{self, ORIGIN_ANNOTATION, ShootObject};
-use crate::support::{self, gardenlet, history, objects, poll};
+use crate::support::{self, gardenlet, history, objects};
 
 /// How long after gardenlet's readiness wait the removal comes.
 const OFFSETS_MS: [u64; 6] = [0, 10, 25, 50, 100, 250];
@@ -73,6 +71,18 @@ impl Fixture {
         bundles::objects_with_origin(&self.shoot, &self.ns, MANAGED_RESOURCE).await
     }
 
+    /// gardenlet's deletion and its wait until the Extension is gone; then what the shoot still
+    /// holds of our ManagedResource.
+    async fn delete_and_list_left(&self) -> Vec<String> {
+        gardenlet::delete(&self.api, "containerd-shim").await;
+        self.gone().await;
+        self.objects_left()
+            .await
+            .iter()
+            .map(|o| o.to_string())
+            .collect()
+    }
+
     async fn runtime_classes_left(&self) -> Vec<String> {
         self.objects_left()
             .await
@@ -98,30 +108,7 @@ impl Fixture {
     /// gardenlet's wait for the migration: Migrate/Succeeded, and no finalizer holds the object
     /// any more on this seed.
     async fn wait_released_after_migration(&self) {
-        poll::until(
-            "Migrate/Succeeded without finalizers",
-            poll::DEFAULT_TIMEOUT,
-            || async {
-                let ext = self
-                    .api
-                    .get("containerd-shim")
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let last = ext
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.last_operation.as_ref())
-                    .map(|l| (l.type_, l.state));
-                if last == Some((OperationType::Migrate, OperationState::Succeeded))
-                    && ext.finalizers().is_empty()
-                {
-                    Ok(())
-                } else {
-                    Err(format!("{last:?} {:?}", ext.finalizers()))
-                }
-            },
-        )
-        .await
+        gardenlet::wait_migrated(&self.api, "containerd-shim").await;
     }
 }
 
@@ -156,15 +143,7 @@ async fn deleting_right_after_shims_were_added_leaves_nothing_in_the_shoot() {
         let ts = f.set_config(after()).await;
         f.ready_now(Some(&ts)).await;
         gap(offset).await;
-        gardenlet::delete(&f.api, "containerd-shim").await;
-        // gardenlet's WaitUntilExtensionObjectDeleted.
-        f.gone().await;
-        let left: Vec<String> = f
-            .objects_left()
-            .await
-            .iter()
-            .map(|o| o.to_string())
-            .collect();
+        let left = f.delete_and_list_left().await;
         if !left.is_empty() {
             failures.push(format!(
                 "round {round}, deleted after {offset} ms: {left:?}"
@@ -372,14 +351,7 @@ async fn the_uninstall_removes_objects_the_resource_manager_no_longer_tracked() 
         .expect("create the stray RuntimeClass");
 
     let hist = history::record(f.api.clone(), "containerd-shim").await;
-    gardenlet::delete(&f.api, "containerd-shim").await;
-    f.gone().await;
-    let left: Vec<String> = f
-        .objects_left()
-        .await
-        .iter()
-        .map(|o| o.to_string())
-        .collect();
+    let left = f.delete_and_list_left().await;
     assert!(left.is_empty(), "the shoot keeps {left:?}");
     assert!(
         reported_removal(&hist.versions(), &format!("RuntimeClass {name}")),

@@ -8,6 +8,7 @@ use std::time::Duration;
 use gardener_extension_containerd_shim::gardener::api::{ErrorCode, Extension};
 use gardener_extension_containerd_shim::gardener::error_codes::CodedError;
 use gardener_extension_containerd_shim::gardener::extension::{Actuator, ActuatorContext, Outcome};
+use kube::ResourceExt;
 use tokio::sync::Notify;
 
 /// The five actuator operations.
@@ -45,6 +46,16 @@ pub enum Behaviour {
         description: String,
         requeue_after: Duration,
     },
+}
+
+impl Behaviour {
+    /// Fail with `message` and no error codes.
+    pub fn fail(message: &str) -> Behaviour {
+        Behaviour::Fail {
+            message: message.to_string(),
+            codes: vec![],
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -95,6 +106,14 @@ impl Recorder {
 
     pub fn ops(&self) -> Vec<Op> {
         self.calls().into_iter().map(|c| c.op).collect()
+    }
+
+    /// The name of the Extension of each call, in call order.
+    pub fn names(&self) -> Vec<String> {
+        self.calls()
+            .iter()
+            .map(|c| c.extension.name_any())
+            .collect()
     }
 
     pub fn count(&self, op: Op) -> usize {

@@ -6,7 +6,7 @@
 use futures::StreamExt;
 use gardener_extension_containerd_shim::gardener::api::{
     Condition, DELETION_CONFIRMATION_ANNOTATION, Extension, OPERATION_ANNOTATION, OperationState,
-    TIMESTAMP_ANNOTATION,
+    OperationType, TIMESTAMP_ANNOTATION,
 };
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::watcher::{self, Event};
@@ -210,6 +210,31 @@ pub async fn wait_deleted_within(api: &Api<Extension>, name: &str, timeout: std:
                         .and_then(|s| s.last_operation)
                         .map(|l| l.description)
                 )),
+            }
+        },
+    )
+    .await;
+}
+
+/// gardenlet's wait for a migration: the Extension reports Migrate/Succeeded and no finalizer
+/// holds it on this seed any more.
+pub async fn wait_migrated(api: &Api<Extension>, name: &str) {
+    poll::until(
+        "Migrate/Succeeded without finalizers",
+        poll::DEFAULT_TIMEOUT,
+        || async {
+            let ext = api.get(name).await.map_err(|e| e.to_string())?;
+            let last = ext
+                .status
+                .as_ref()
+                .and_then(|s| s.last_operation.as_ref())
+                .map(|l| (l.type_, l.state));
+            if last == Some((OperationType::Migrate, OperationState::Succeeded))
+                && ext.finalizers().is_empty()
+            {
+                Ok(())
+            } else {
+                Err(format!("{last:?} {:?}", ext.finalizers()))
             }
         },
     )

@@ -8,6 +8,7 @@
 #![allow(dead_code)] // each test crate uses a different part of the support code
 
 pub mod actuator;
+pub mod audit;
 pub mod bench;
 pub mod bundles;
 pub mod controller;
@@ -19,7 +20,9 @@ pub mod nodes;
 pub mod objects;
 pub mod poll;
 pub mod process;
+pub mod rbac;
 pub mod real_nodes;
+pub mod shoot;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

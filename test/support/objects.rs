@@ -81,6 +81,26 @@ pub fn extension(namespace: &str, type_: &str, provider_config: Option<Value>) -
     }
 }
 
+/// `ext` renamed to `name`, with `annotations` and `finalizers` set as it is created.
+pub fn named(
+    mut ext: Extension,
+    name: &str,
+    annotations: &[(&str, &str)],
+    finalizers: &[&str],
+) -> Extension {
+    ext.metadata.name = Some(name.to_string());
+    ext.metadata.annotations = Some(
+        annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    );
+    if !finalizers.is_empty() {
+        ext.metadata.finalizers = Some(finalizers.iter().map(|f| f.to_string()).collect());
+    }
+    ext
+}
+
 /// `Kind/name` of every object of a YAML or JSON stream (empty documents skipped), sorted.
 pub fn kinds(objects: &[Value]) -> Vec<String> {
     let mut k: Vec<String> = objects

@@ -118,7 +118,8 @@ fn desired_shim(
     })
 }
 
-/// One image for every architecture the shim's pools run: a DaemonSet has one pod template.
+/// One image for every architecture the shim's pools run: the desired set is built once for the
+/// shoot and cut per pool, so every pool the shim goes to gets the same image reference.
 fn resolve(
     shim: &ValidatedShim,
     image_name: &str,

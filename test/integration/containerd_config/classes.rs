@@ -26,11 +26,11 @@ use std::process::Command;
 
 use gardener_extension_containerd_shim::installer::containerd::{
     ConfigError, ContainerdVersion, DROP_IN_NAME, DumpOutput, EffectiveConfig, HostRoot, Ownership,
-    Plan, RuntimeEntry, WriteStrategy, locate, plan_install, plan_install_keeping, plan_uninstall,
+    RuntimeEntry, WriteStrategy, locate, plan_install, plan_install_keeping, plan_uninstall,
 };
 use toml_edit::DocumentMut;
 
-use super::{dump, fixtures, lay_out, runtimes, under, walk};
+use super::{apply, dump, fixtures, lay_out, runtimes, under, walk};
 use crate::support::installer::containerd;
 
 const MAIN: &str = "/etc/containerd/config.toml";
@@ -267,20 +267,6 @@ fn real_dump(binary: &Path, host: &Path, config: &Path) -> DumpOutput {
     let copy = tempfile::tempdir().unwrap();
     lay_out(host, copy.path());
     dump(binary, &under(copy.path(), config))
-}
-
-fn apply(root: &HostRoot, plan: &Plan) {
-    for backup in &plan.backups {
-        std::fs::write(root.resolve(&backup.destination), &backup.content).unwrap();
-    }
-    for write in &plan.writes {
-        let path = root.resolve(&write.path);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, &write.content).unwrap();
-    }
-    for delete in &plan.deletes {
-        std::fs::remove_file(root.resolve(&delete.path)).unwrap();
-    }
 }
 
 /// The selected runtimes as the installer writes them for this containerd.
