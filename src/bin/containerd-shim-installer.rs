@@ -14,6 +14,7 @@ use gardener_extension_containerd_shim::installer::cluster::{Cluster, LocalClust
 use gardener_extension_containerd_shim::installer::converge::{Installer, Settings};
 use gardener_extension_containerd_shim::installer::daemon::{self, DaemonConfig};
 use gardener_extension_containerd_shim::installer::host::{NodeHost, NodeHostConfig};
+use gardener_extension_containerd_shim::installer::host_watch;
 use gardener_extension_containerd_shim::installer::node::{BudgetTiming, KubeCluster};
 use gardener_extension_containerd_shim::installer::payload::{DownloadConfig, Downloader};
 use gardener_extension_containerd_shim::installer::status::{self, STATUS_FILE};
@@ -85,6 +86,9 @@ struct DaemonArgs {
     /// Drift-repair period: converge at least this often (e.g. `60s`, `5m`).
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     check_period: Duration,
+    /// While a removed shim waits for its pods to end: look again this often.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pod_recheck_period: Duration,
 }
 
 #[derive(Debug, Args)]
@@ -330,6 +334,7 @@ async fn run_daemon(args: DaemonArgs) -> Result<(), String> {
         expected_sha256: args.expected_desired_sha256.clone(),
         status_file: PathBuf::from(&args.status_file),
         check_period: args.check_period,
+        pod_recheck_period: args.pod_recheck_period,
     };
     let shutdown = async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -340,7 +345,13 @@ async fn run_daemon(args: DaemonArgs) -> Result<(), String> {
             _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
         }
     };
-    daemon::run(&mut installer, config, labels, shutdown).await;
+    let host_changed = host_watch::watch_host(
+        args.node
+            .host_root
+            .join(pod_paths::HOST_CONTAINERD_DIR.trim_start_matches('/')),
+        PathBuf::from("/proc"),
+    );
+    daemon::run(&mut installer, config, labels, host_changed, shutdown).await;
     Ok(())
 }
 

@@ -1,5 +1,6 @@
-//! The installer's loop: converge on start, then whenever the Node's labels change or the check
-//! period passes (drift repair). After each run the status file tells the readiness probe
+//! The installer's loop: converge on start, then whenever the Node's labels change, containerd's
+//! configuration changes or containerd restarts ([`super::host_watch`]), or the check period
+//! passes (the safety net for drift the watches miss). After each run the status file tells the readiness probe
 //! whether this node is verified.
 //!
 //! The desired set never changes under a running pod: it is an immutable ConfigMap named by
@@ -32,6 +33,8 @@ pub struct DaemonConfig {
     pub expected_sha256: Option<String>,
     pub status_file: PathBuf,
     pub check_period: Duration,
+    /// How soon a node looks again while a removed shim waits for its pods to end.
+    pub pod_recheck_period: Duration,
 }
 
 /// The desired set and the sha256 of the file it came from. With `expected`, a file of
@@ -159,16 +162,26 @@ pub async fn run<C: Cluster>(
     installer: &mut Installer<C>,
     config: DaemonConfig,
     mut labels_changed: watch::Receiver<u64>,
+    mut host_changed: watch::Receiver<u64>,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
     let mut labels_open = true;
+    let mut host_open = true;
     let mut published = None;
     loop {
         labels_changed.borrow_and_update();
+        host_changed.borrow_and_update();
         let status = run_once(installer, &config).await;
         publish_failures(installer, &status, &mut published).await;
-        let next_check = tokio::time::sleep(config.check_period);
+        // While a removal waits for pods, the CRI is asked again soon: a local call, so that
+        // the removal follows the last pod within about this period, not a check period.
+        let period = if status.waiting_for_pods {
+            config.pod_recheck_period.min(config.check_period)
+        } else {
+            config.check_period
+        };
+        let next_check = tokio::time::sleep(period);
         tokio::pin!(next_check);
         loop {
             tokio::select! {
@@ -183,6 +196,13 @@ pub async fn run<C: Cluster>(
                         break;
                     }
                     labels_open = false;
+                }
+                changed = host_changed.changed(), if host_open => {
+                    if changed.is_ok() {
+                        tracing::info!("containerd's configuration changed or containerd restarted");
+                        break;
+                    }
+                    host_open = false;
                 }
             }
         }

@@ -14,8 +14,12 @@
 mod support;
 
 mod disruption;
+mod drift;
 mod gvisor;
 mod install;
+mod nothing_left;
+mod prompt_removal;
+mod refusal_events;
 mod registry;
 mod removal;
 mod rollout;
