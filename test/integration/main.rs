@@ -22,3 +22,4 @@ mod installer_host;
 mod request_budget;
 mod shim_lifecycle;
 mod shim_removal_races;
+mod shim_shoot_cleanup;
