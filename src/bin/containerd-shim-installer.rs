@@ -360,12 +360,15 @@ async fn uninstall(node: NodeArgs, no_api: bool, max: u32) -> Result<(), String>
         max_concurrent_restarts: max,
     });
     let host = Arc::new(node_host(&node));
+    // It may run beside the pod's daemon (`kubectl exec`), which keeps using the directory.
+    let mut settings = settings(&node);
+    settings.remove_state_dir = false;
     let status = if no_api {
-        let mut installer = Installer::new(host, LocalCluster, settings(&node), None);
+        let mut installer = Installer::new(host, LocalCluster, settings, None);
         run_uninstall(&mut installer, &desired).await?
     } else {
         let cluster = kube_cluster(&node, "uninstall").await?;
-        let mut installer = Installer::new(host, cluster, settings(&node), None);
+        let mut installer = Installer::new(host, cluster, settings, None);
         run_uninstall(&mut installer, &desired).await?
     };
     println!("{status}");

@@ -60,6 +60,10 @@ pub struct Settings {
     pub config_override: Option<PathBuf>,
     /// Earlier versions kept for a quick rollback, besides the active one.
     pub rollback_window: usize,
+    /// An uninstall that leaves nothing removes the state directory itself. Only for the
+    /// daemon of an uninstall pod, which never installs again; not for a one-off uninstall
+    /// beside a running daemon, which would go on writing into the removed directory.
+    pub remove_state_dir: bool,
 }
 
 impl Settings {
@@ -69,6 +73,7 @@ impl Settings {
             staging_dir: staging_dir.into(),
             config_override: None,
             rollback_window: 2,
+            remove_state_dir: true,
         }
     }
 }

@@ -96,7 +96,8 @@ impl<C: Cluster> Installer<C> {
     /// directory anew), whereas a node merely deselected may be selected again under the same
     /// pod. A directory that stays is not worth failing the uninstall for: it is logged.
     fn remove_state_dir(&self, run: &Run<'_>) {
-        let done = run.selection.desired.mode == Mode::Uninstall
+        let done = self.settings.remove_state_dir
+            && run.selection.desired.mode == Mode::Uninstall
             && run.state.is_clean()
             && run.retained.is_empty()
             && run.waiting.is_empty();
