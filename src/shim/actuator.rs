@@ -336,9 +336,9 @@ impl ShimActuator {
 }
 
 impl ShimActuator {
-    /// Every node is clean: the desired-set ConfigMaps of superseded bundles and the restart
-    /// Leases go now, by name, rather than with gardener-resource-manager's collector (hours
-    /// later) or never (the Leases are in no bundle). Without shoot access nothing is removed.
+    /// Every node is clean: the desired-set ConfigMaps and the restart Leases go now, by name,
+    /// rather than with gardener-resource-manager's collector (hours later) or never (the
+    /// Leases are in no bundle). Without shoot access nothing is removed.
     async fn remove_installer_leftovers(
         &self,
         namespace: &str,

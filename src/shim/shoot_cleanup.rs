@@ -1,7 +1,8 @@
 //! What an uninstall removes from the shoot besides the ManagedResource's own objects: the
-//! desired-set ConfigMaps of superseded bundles (garbage-collectable, so deleting the
-//! ManagedResource leaves them to gardener-resource-manager's collector, which may run hours
-//! later) and the installers' restart Leases (created by the nodes, in no bundle).
+//! desired-set ConfigMaps (garbage-collectable: gardener-resource-manager leaves them to its
+//! collector, which may run hours later, when they leave a bundle or the ManagedResource goes)
+//! and the installers' restart Leases (created by the nodes, in no bundle). They go right
+//! before the ManagedResource: the installer pods have their desired set mounted already.
 //!
 //! Everything is found by name, never by a list of the shoot: the ManagedResource remembers the
 //! data secrets of its current and superseded bundles by name; each bundle names its desired-set
@@ -45,7 +46,7 @@ pub enum CleanupError {
 /// The shoot objects of the installers that no ManagedResource deletes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct InstallerLeftovers {
-    /// Desired-set ConfigMaps in [`NAMESPACE`] of superseded bundles.
+    /// Desired-set ConfigMaps in [`NAMESPACE`], of the current bundle and the remembered ones.
     pub config_maps: BTreeSet<String>,
     /// Restart Leases in [`NAMESPACE`].
     pub leases: BTreeSet<String>,
@@ -75,24 +76,16 @@ fn desired_set(object: &Value) -> Option<(String, Option<DesiredShims>)> {
     Some((name.to_string(), desired))
 }
 
-/// Decides from the objects of the current bundle and of every remembered bundle: the
-/// desired-set ConfigMaps the current bundle does not hold (it deletes its own with the
-/// ManagedResource), and a Lease per restart slot any desired set allowed.
+/// Decides from the objects of the current bundle and of every remembered bundle: their
+/// desired-set ConfigMaps, and a Lease per restart slot any desired set allowed.
 pub fn leftovers(current: &[Value], remembered: &[Value]) -> InstallerLeftovers {
-    let keep: BTreeSet<String> = current
-        .iter()
-        .filter_map(desired_set)
-        .map(|(name, _)| name)
-        .collect();
     let mut slots = 0;
     let mut config_maps = BTreeSet::new();
     for (name, desired) in current.iter().chain(remembered).filter_map(desired_set) {
         if let Some(desired) = desired {
             slots = slots.max(desired.rollout.max_concurrent_restarts);
         }
-        if !keep.contains(&name) {
-            config_maps.insert(name);
-        }
+        config_maps.insert(name);
     }
     InstallerLeftovers {
         config_maps,
@@ -187,7 +180,7 @@ mod tests {
     }
 
     #[test]
-    fn superseded_sets_go_the_current_ones_stay_and_every_slot_ever_allowed_is_a_lease() {
+    fn every_desired_set_goes_and_every_slot_ever_allowed_is_a_lease() {
         let current = [
             set("containerd-shim-installer-aaaa", 1),
             json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
@@ -209,7 +202,10 @@ mod tests {
         let found = leftovers(&current, &remembered);
         assert_eq!(
             found.config_maps,
-            BTreeSet::from(["containerd-shim-installer-bbbb".to_string()])
+            BTreeSet::from([
+                "containerd-shim-installer-aaaa".to_string(),
+                "containerd-shim-installer-bbbb".to_string(),
+            ])
         );
         assert_eq!(
             found.leases,

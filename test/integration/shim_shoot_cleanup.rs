@@ -1,5 +1,5 @@
 //! Deleting the Extension removes what no ManagedResource removes: the restart Leases the
-//! nodes created and the desired-set ConfigMaps of superseded bundles (which
+//! nodes created and the desired-set ConfigMaps, the current one and the superseded ones (which
 //! gardener-resource-manager leaves to its garbage collector), by name; other objects of the
 //! same kinds in the same namespace stay.
 
