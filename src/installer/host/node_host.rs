@@ -580,6 +580,27 @@ mod tests {
         assert!(check_cri_info("nope", &[]).is_err());
     }
 
+    /// The state directory goes through `rmdir` in the joined namespace (this process's own
+    /// here), only once empty; a directory that is gone already is no error.
+    #[test]
+    fn removes_the_state_directory_only_once_empty() {
+        let host = NodeHost::new(NodeHostConfig {
+            root: PathBuf::from("/"),
+            mount_namespace: PathBuf::from("/proc/self/ns/mnt"),
+            ..NodeHostConfig::default()
+        });
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("containerd-shim-installer");
+        fs::create_dir(&dir).unwrap();
+        fs::write(dir.join("left"), "x").unwrap();
+        host.remove_state_dir(&dir).unwrap();
+        assert!(dir.join("left").exists());
+        fs::remove_file(dir.join("left")).unwrap();
+        host.remove_state_dir(&dir).unwrap();
+        assert!(!dir.exists());
+        host.remove_state_dir(&dir).unwrap();
+    }
+
     /// The real fork + setns + exec path. PID 1 of a test sandbox is usually out of reach, so
     /// the namespace joined is this process's own (the same system calls).
     #[test]
