@@ -56,6 +56,7 @@ async fn ours_in_the_shoot(s: &Scenario) -> (Vec<String>, Vec<String>) {
 #[tokio::test]
 async fn deleting_the_extension_leaves_no_file_lease_or_config_map() {
     let s = Scenario::start("nothing-left").await;
+    let originals = s.nodes.containerd_configs();
     s.apply(crun()).await;
     s.wait_rolled_out().await;
     s.wait_verified_everywhere("crun").await;
@@ -82,7 +83,8 @@ async fn deleting_the_extension_leaves_no_file_lease_or_config_map() {
 
     s.delete().await;
 
-    for node in &s.nodes.nodes {
+    for (node, original) in s.nodes.nodes.iter().zip(&originals) {
+        assert_eq!(&node.containerd_config(), original, "{}", node.name);
         assert!(
             !node.exists(STATE_DIR),
             "{} still has {STATE_DIR}: {:?}",
