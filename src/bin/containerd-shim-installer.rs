@@ -86,7 +86,8 @@ struct DaemonArgs {
     /// Drift-repair period: converge at least this often (e.g. `60s`, `5m`).
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     check_period: Duration,
-    /// While a removed shim waits for its pods to end: look again this often.
+    /// While a removed shim waits for its pods to end: look again after this long (doubled
+    /// after each such look, up to 5 s).
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pod_recheck_period: Duration,
 }
