@@ -14,6 +14,7 @@ use gardener_extension_containerd_shim::installer::cluster::{Cluster, LocalClust
 use gardener_extension_containerd_shim::installer::converge::{Installer, Settings};
 use gardener_extension_containerd_shim::installer::daemon::{self, DaemonConfig};
 use gardener_extension_containerd_shim::installer::host::{NodeHost, NodeHostConfig};
+use gardener_extension_containerd_shim::installer::host_watch;
 use gardener_extension_containerd_shim::installer::node::{BudgetTiming, KubeCluster};
 use gardener_extension_containerd_shim::installer::payload::{DownloadConfig, Downloader};
 use gardener_extension_containerd_shim::installer::status::{self, STATUS_FILE};
@@ -85,6 +86,10 @@ struct DaemonArgs {
     /// Drift-repair period: converge at least this often (e.g. `60s`, `5m`).
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     check_period: Duration,
+    /// While a removed shim waits for its pods to end: look again after this long (doubled
+    /// after each such look, up to 5 s).
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pod_recheck_period: Duration,
 }
 
 #[derive(Debug, Args)]
@@ -330,6 +335,7 @@ async fn run_daemon(args: DaemonArgs) -> Result<(), String> {
         expected_sha256: args.expected_desired_sha256.clone(),
         status_file: PathBuf::from(&args.status_file),
         check_period: args.check_period,
+        pod_recheck_period: args.pod_recheck_period,
     };
     let shutdown = async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -340,7 +346,13 @@ async fn run_daemon(args: DaemonArgs) -> Result<(), String> {
             _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
         }
     };
-    daemon::run(&mut installer, config, labels, shutdown).await;
+    let host_changed = host_watch::watch_host(
+        args.node
+            .host_root
+            .join(pod_paths::HOST_CONTAINERD_DIR.trim_start_matches('/')),
+        PathBuf::from("/proc"),
+    );
+    daemon::run(&mut installer, config, labels, host_changed, shutdown).await;
     Ok(())
 }
 
@@ -349,12 +361,15 @@ async fn uninstall(node: NodeArgs, no_api: bool, max: u32) -> Result<(), String>
         max_concurrent_restarts: max,
     });
     let host = Arc::new(node_host(&node));
+    // It may run beside the pod's daemon (`kubectl exec`), which keeps using the directory.
+    let mut settings = settings(&node);
+    settings.remove_state_dir = false;
     let status = if no_api {
-        let mut installer = Installer::new(host, LocalCluster, settings(&node), None);
+        let mut installer = Installer::new(host, LocalCluster, settings, None);
         run_uninstall(&mut installer, &desired).await?
     } else {
         let cluster = kube_cluster(&node, "uninstall").await?;
-        let mut installer = Installer::new(host, cluster, settings(&node), None);
+        let mut installer = Installer::new(host, cluster, settings, None);
         run_uninstall(&mut installer, &desired).await?
     };
     println!("{status}");

@@ -1,6 +1,7 @@
-//! The installer's loop: converge on start, then whenever the Node's labels change or the check
-//! period passes (drift repair). After each run the status file tells the readiness probe
-//! whether this node is verified.
+//! The installer's loop: converge on start, then whenever the Node's labels change, containerd's
+//! configuration changes or containerd restarts ([`super::host_watch`]), or the check period
+//! passes (the safety net for drift the watches miss). After each run the status file tells the
+//! readiness probe whether this node is verified.
 //!
 //! The desired set never changes under a running pod: it is an immutable ConfigMap named by
 //! its content, and a new set comes with a new pod (the DaemonSet rollout). The installer
@@ -32,6 +33,9 @@ pub struct DaemonConfig {
     pub expected_sha256: Option<String>,
     pub status_file: PathBuf,
     pub check_period: Duration,
+    /// How soon a node looks again while a removed shim waits for its pods to end; doubled
+    /// after each such run, up to [`POD_RECHECK_MAX`].
+    pub pod_recheck_period: Duration,
 }
 
 /// The desired set and the sha256 of the file it came from. With `expected`, a file of
@@ -159,16 +163,24 @@ pub async fn run<C: Cluster>(
     installer: &mut Installer<C>,
     config: DaemonConfig,
     mut labels_changed: watch::Receiver<u64>,
+    mut host_changed: watch::Receiver<u64>,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
     let mut labels_open = true;
+    let mut host_open = true;
     let mut published = None;
+    let mut recheck = config.pod_recheck_period;
     loop {
         labels_changed.borrow_and_update();
+        host_changed.borrow_and_update();
         let status = run_once(installer, &config).await;
         publish_failures(installer, &status, &mut published).await;
-        let next_check = tokio::time::sleep(config.check_period);
+        // While a removal waits for pods, the CRI is asked again soon, so that the removal
+        // follows the last pod within seconds, not a check period. The pause grows a little
+        // while pods stay: a pod of a removed class may run for days.
+        let period = next_period(status.waiting_for_pods, &mut recheck, &config);
+        let next_check = tokio::time::sleep(period);
         tokio::pin!(next_check);
         loop {
             tokio::select! {
@@ -184,14 +196,59 @@ pub async fn run<C: Cluster>(
                     }
                     labels_open = false;
                 }
+                changed = host_changed.changed(), if host_open => {
+                    if changed.is_ok() {
+                        tracing::info!("containerd's configuration changed or containerd restarted");
+                        break;
+                    }
+                    host_open = false;
+                }
             }
         }
     }
 }
 
+/// The longest pause while a removal waits for pods: a run (one `crictl pods`, a look at the
+/// state directory and `/proc`) every few seconds costs little even for days, and a pod deleted
+/// any time later is followed within this.
+pub const POD_RECHECK_MAX: Duration = Duration::from_secs(5);
+
+/// The pause before the next run: the check period, or while a removal waits for pods the
+/// recheck pause, which doubles up to [`POD_RECHECK_MAX`] until the waiting ends.
+fn next_period(waiting: bool, recheck: &mut Duration, config: &DaemonConfig) -> Duration {
+    if !waiting {
+        *recheck = config.pod_recheck_period;
+        return config.check_period;
+    }
+    let cap = POD_RECHECK_MAX
+        .max(config.pod_recheck_period)
+        .min(config.check_period);
+    let period = (*recheck).min(cap);
+    *recheck = recheck.saturating_mul(2).min(cap);
+    period
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_waiting_removal_looks_again_soon_then_less_often() {
+        let config = DaemonConfig {
+            desired_file: PathBuf::new(),
+            expected_sha256: None,
+            status_file: PathBuf::new(),
+            check_period: Duration::from_secs(60),
+            pod_recheck_period: Duration::from_secs(1),
+        };
+        let mut recheck = config.pod_recheck_period;
+        let waiting: Vec<u64> = (0..8)
+            .map(|_| next_period(true, &mut recheck, &config).as_secs())
+            .collect();
+        assert_eq!(waiting, [1, 2, 4, 5, 5, 5, 5, 5]);
+        assert_eq!(next_period(false, &mut recheck, &config).as_secs(), 60);
+        assert_eq!(next_period(true, &mut recheck, &config).as_secs(), 1);
+    }
 
     #[test]
     fn a_desired_set_the_pod_was_not_created_for_is_refused() {

@@ -11,7 +11,8 @@
 //! - [`plan`]: the pure decision of which steps a node needs;
 //! - [`converge`]: executing those steps, journaled, with rollback;
 //! - [`cluster`] and [`node`]: node labels and the Lease-slot restart budget;
-//! - [`daemon`] and [`status`]: the loop, the status file and the readiness probe.
+//! - [`daemon`] and [`status`]: the loop, the status file and the readiness probe;
+//! - [`host_watch`]: what wakes the loop on the node (file changes, containerd's restarts).
 
 pub mod cluster;
 pub mod containerd;
@@ -21,6 +22,7 @@ pub mod digest;
 pub mod download;
 pub mod error;
 pub mod host;
+pub mod host_watch;
 pub mod node;
 pub mod payload;
 pub mod plan;

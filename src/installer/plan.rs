@@ -153,10 +153,18 @@ fn labels_to_remove(input: &PlanInput, ours: &BTreeSet<&String>) -> Vec<String> 
     // A label may stay while its handler is verified (now, or before an upgrade in progress).
     // After a failed change was rolled back, the shims it did not touch still run as verified:
     // they keep their labels; the failed ones lose theirs.
+    // Drift: every selected shim is verified as it is desired and nothing is being removed,
+    // yet containerd's configuration must change: someone took our tables out (or put the
+    // original file back). containerd does not serve them, or will not after its next restart:
+    // the labels go until the repair is verified.
+    let drifted = input.config_changed
+        && !input.txn_pending
+        && input.shims.iter().all(|s| s.verified)
+        && input.gone.iter().all(|g| !g.linked);
     let may_keep: BTreeSet<String> = input
         .shims
         .iter()
-        .filter(|s| s.verified || (!input.failed && s.verified_before))
+        .filter(|s| !drifted && (s.verified || (!input.failed && s.verified_before)))
         .map(|s| ready_label(&s.handler))
         .collect();
     let mut remove: Vec<String> = ours
@@ -225,6 +233,31 @@ pub fn mutates(step: &Step) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn drift_withdraws_the_labels_until_the_repair_is_verified() {
+        let mut crun = shim("crun");
+        crun.verified = true;
+        crun.current = Some(crun.dir.clone());
+        let input = PlanInput {
+            shims: vec![crun],
+            labels: [(ready_label("crun"), READY_LABEL_VALUE.to_string())].into(),
+            config_changed: true,
+            ..PlanInput::default()
+        };
+        let steps = plan(&input);
+        let removed = steps
+            .iter()
+            .position(|s| *s == Step::RemoveLabels(vec![ready_label("crun")]));
+        let restarted = steps.iter().position(|s| *s == Step::RestartAndVerify);
+        let set = steps
+            .iter()
+            .position(|s| *s == Step::SetLabels(vec![ready_label("crun")]));
+        assert!(
+            removed < restarted && restarted < set && removed.is_some(),
+            "{steps:?}"
+        );
+    }
 
     fn shim(name: &str) -> ShimFacts {
         ShimFacts {

@@ -74,6 +74,10 @@ pub struct NodeStatus {
     /// The run failed before it could decide per shim (`message` says why).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub run_failed: bool,
+    /// A removed shim's files stay for pods of its handler that still run: the daemon looks
+    /// again soon rather than a check period later.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub waiting_for_pods: bool,
     pub updated_at: jiff::Timestamp,
 }
 
@@ -88,6 +92,7 @@ impl NodeStatus {
             shims: Vec::new(),
             retained_in_use: Vec::new(),
             run_failed: true,
+            waiting_for_pods: false,
             updated_at: jiff::Timestamp::now(),
         }
     }

@@ -37,6 +37,7 @@ use crate::shim::config::Catalog;
 pub use crate::shim::error::ShimError;
 use crate::shim::identity::{MANAGED_RESOURCE, ORIGIN};
 use crate::shim::plan::Plan;
+use crate::shim::shoot_cleanup;
 
 /// Settings of the actuator.
 #[derive(Clone, Debug)]
@@ -334,6 +335,35 @@ impl ShimActuator {
     }
 }
 
+impl ShimActuator {
+    /// Every node is clean: the desired-set ConfigMaps and the restart Leases go now, by name,
+    /// rather than with gardener-resource-manager's collector (hours later) or never (the
+    /// Leases are in no bundle). Without shoot access nothing is removed.
+    async fn remove_installer_leftovers(
+        &self,
+        namespace: &str,
+        current: &ManagedResource,
+    ) -> Result<(), ShimError> {
+        let Some(shoot) = self.shoot_clients.fresh(&self.client, namespace).await? else {
+            tracing::info!(namespace = %namespace, "no shoot access secret; leaving the installers' Leases and old desired sets to the shoot");
+            return Ok(());
+        };
+        let (bundle, remembered) = shoot_cleanup::bundles(&self.client, namespace, current).await?;
+        let leftovers = shoot_cleanup::leftovers(&bundle, &remembered);
+        if leftovers.is_empty() {
+            return Ok(());
+        }
+        tracing::info!(
+            namespace = %namespace,
+            config_maps = ?leftovers.config_maps,
+            leases = ?leftovers.leases,
+            "removing the installers' restart Leases and superseded desired sets from the shoot"
+        );
+        shoot_cleanup::delete(&shoot, &leftovers).await?;
+        Ok(())
+    }
+}
+
 fn namespace_of(ext: &Extension) -> String {
     ext.namespace().unwrap_or_default()
 }
@@ -493,6 +523,8 @@ impl Actuator for ShimActuator {
             }
             Err(e) => return Err(e),
         }
+        self.remove_installer_leftovers(&namespace, &current)
+            .await?;
         self.delete_bundle(&namespace, "every node is clean").await
     }
 

@@ -7,6 +7,7 @@ use crate::gardener::imagevector::ImageVectorError;
 use crate::gardener::managed_resource;
 use crate::gardener::shoot_client::ShootClientError;
 use crate::shim::config::{ConfigError, desired};
+use crate::shim::shoot_cleanup::CleanupError;
 
 /// Why an operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +34,15 @@ pub enum ShimError {
     /// The shoot cannot be looked into for objects left behind.
     #[error(transparent)]
     ShootAccess(#[from] ShootClientError),
+    /// The installers' Leases or old desired sets cannot be removed from the shoot.
+    #[error(transparent)]
+    Cleanup(Box<CleanupError>),
+}
+
+impl From<CleanupError> for ShimError {
+    fn from(error: CleanupError) -> Self {
+        ShimError::Cleanup(Box::new(error))
+    }
 }
 
 impl CodedError for ShimError {

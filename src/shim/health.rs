@@ -28,6 +28,7 @@ use crate::gardener::imagevector::ImageVector;
 use crate::gardener::shoot_client::{ShootClient, ShootClients, is_refusal};
 use crate::gardener::shoot_nodes::{NodeLabels, ShootNodes};
 use crate::shim::config::Catalog;
+use crate::shim::node_events::{NodeFailure, NodeFailureEvents};
 use crate::shim::plan::Plan;
 
 /// How long nodes may stay unverified before the condition turns `False`: a rollout restarts
@@ -50,6 +51,7 @@ pub struct VerifiedNodesCheck {
     clients: ShootClients,
     nodes: ShootNodes,
     counted: Mutex<HashMap<String, Counted>>,
+    events: NodeFailureEvents,
 }
 
 impl VerifiedNodesCheck {
@@ -61,6 +63,7 @@ impl VerifiedNodesCheck {
             clients: ShootClients::new(user_agent),
             nodes: ShootNodes::default(),
             counted: Mutex::default(),
+            events: NodeFailureEvents::default(),
         }
     }
 
@@ -108,7 +111,7 @@ impl VerifiedNodesCheck {
                 NodeLabels::Changed => {}
             }
             return self
-                .list_and_count(namespace, &client, shims, shims_key)
+                .list_and_count(ctx, namespace, &client, shims, shims_key)
                 .await;
         }
         CheckResult::failed("cannot watch the shoot's nodes")
@@ -116,6 +119,7 @@ impl VerifiedNodesCheck {
 
     async fn list_and_count(
         &self,
+        ctx: &CheckContext,
         namespace: &str,
         client: &ShootClient,
         shims: &[DesiredShim],
@@ -141,6 +145,12 @@ impl VerifiedNodesCheck {
             }
         };
         let result = count(shims, &nodes);
+        let new = self.events.unpublished(namespace, &failures(shims, &nodes));
+        if !new.is_empty() {
+            self.events
+                .publish(&ctx.client, &client.client, &ctx.extension, &new)
+                .await;
+        }
         self.counted().insert(
             namespace.to_string(),
             Counted {
@@ -213,6 +223,25 @@ impl NodeView {
             .get(shim)
             .or_else(|| self.failures.get(NODE_FAILURE))
     }
+}
+
+/// Every shim that failed on a node it belongs on (pure).
+pub fn failures(shims: &[DesiredShim], nodes: &[NodeView]) -> Vec<NodeFailure> {
+    shims
+        .iter()
+        .flat_map(|shim| {
+            nodes
+                .iter()
+                .filter(|node| selects(shim, &node.labels))
+                .filter_map(|node| {
+                    node.failure(&shim.name).map(|error| NodeFailure {
+                        node: node.name.clone(),
+                        shim: shim.name.clone(),
+                        error: error.clone(),
+                    })
+                })
+        })
+        .collect()
 }
 
 /// The verified/failed/eligible counts per shim and the check result they make (pure). A node
@@ -308,6 +337,7 @@ impl HealthCheck for VerifiedNodesCheck {
 
     fn release(&self, namespace: &str) {
         self.forget_nodes(namespace);
+        self.events.forget(namespace);
         self.clients.forget(namespace);
     }
 }

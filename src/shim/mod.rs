@@ -8,9 +8,11 @@ pub mod controllers;
 pub mod error;
 pub mod health;
 pub mod identity;
+pub mod node_events;
 pub mod offline;
 pub mod plan;
 pub mod render;
+pub mod shoot_cleanup;
 
 #[cfg(test)]
 mod hostile_test;

@@ -34,6 +34,7 @@ mod support;
 #[allow(dead_code, unused_imports)]
 #[path = "../nodes/install.rs"]
 mod install;
+mod nodes_truth;
 #[allow(dead_code)]
 #[path = "../nodes/scenario.rs"]
 mod scenario;
@@ -711,12 +712,24 @@ async fn run() {
         "installer on real nodes: {repetitions} repetition(s), probe pause {interval:?}, label poll {LABEL_POLL:?}"
     );
     let mut results = Vec::new();
+    let mut truth = Vec::new();
     for repetition in 1..=repetitions {
         header();
         for change in CHANGES {
             let figures = measure(&s, &nodes, repetition, change, interval).await;
             print_change(&figures);
             results.push(figures);
+            if change == Change::InstallCrun {
+                // crun is verified everywhere: the floor, then a drift on the 1.x node.
+                for node in &nodes {
+                    let floor = nodes_truth::floor(node);
+                    println!("floor: {floor}");
+                    truth.push(json!({"repetition": repetition, "floor": floor}));
+                }
+                let drift = nodes_truth::drift(&s, &nodes[0]).await;
+                println!("drift: {drift}");
+                truth.push(json!({"repetition": repetition, "drift": drift}));
+            }
         }
         // Not a figure: the next repetition and the real-node tests need clean nodes.
         for node in &nodes {
@@ -739,6 +752,7 @@ async fn run() {
         "labelPollMs": LABEL_POLL.as_millis() as u64,
         "summary": summary,
         "changes": results.iter().map(ChangeFigures::json).collect::<Vec<_>>(),
+        "truth": truth,
     });
     std::fs::create_dir_all(&out_dir)
         .unwrap_or_else(|e| panic!("cannot create {}: {e}", out_dir.display()));

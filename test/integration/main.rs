@@ -27,3 +27,4 @@ mod request_budget;
 mod shim_force_delete;
 mod shim_lifecycle;
 mod shim_removal_races;
+mod shim_shoot_cleanup;

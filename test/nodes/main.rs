@@ -15,9 +15,13 @@ mod support;
 
 mod crun_payload;
 mod disruption;
+mod drift;
 mod gvisor;
 mod install;
 mod node_selector;
+mod nothing_left;
+mod prompt_removal;
+mod refusal_events;
 mod registry;
 mod removal;
 mod rollout;

@@ -69,7 +69,10 @@ pub async fn run<A: Actuator>(
     tracing::info!(controller = "extension", "starting workers");
 
     let cluster_triggers = cluster_changes(&ctx);
-    let trigger_stream = futures::stream::select(queue.map(Ok), cluster_triggers.map(Ok));
+    let trigger_stream = futures::stream::select(
+        queue.map(Ok),
+        futures::stream::select(cluster_triggers, deletion_progress(&ctx)).map(Ok),
+    );
     Controller::for_stream(trigger_stream, store)
         .with_config(controller::Config::default().concurrency(config.max_concurrent))
         .graceful_shutdown_on(shutdown)
@@ -231,6 +234,41 @@ fn cluster_changes<A: Actuator>(
             .map(|e| (*e).clone())
             .collect();
         futures::stream::iter(matching)
+    })
+    .boxed()
+}
+
+/// A deletion waits for gardener-resource-manager (the nodes to report clean through the
+/// DaemonSet, then the ManagedResource to be gone): a change of a ManagedResource reconciles
+/// the Extensions being deleted in its namespace at once, rather than at their next requeue,
+/// which stays as the safety net.
+fn deletion_progress<A: Actuator>(
+    ctx: &Arc<Context<A>>,
+) -> futures::stream::BoxStream<'static, Extension> {
+    let changes = ctx.caches.managed_resources.subscribe();
+    let extensions = ctx.caches.extensions.clone();
+    let config = ctx.config.clone();
+    futures::stream::unfold(changes, |mut changes| async move {
+        loop {
+            match changes.recv().await {
+                Ok(mr) => match mr.namespace {
+                    Some(namespace) => return Some((namespace, changes)),
+                    None => continue,
+                },
+                // A missed change is caught by the requeue.
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    })
+    .flat_map(move |namespace| {
+        let deleting: Vec<Extension> = extensions
+            .in_namespace(&namespace)
+            .into_iter()
+            .filter(|e| e.metadata.deletion_timestamp.is_some() && in_scope(e, &config))
+            .map(|e| (*e).clone())
+            .collect();
+        futures::stream::iter(deleting)
     })
     .boxed()
 }

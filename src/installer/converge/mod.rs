@@ -60,6 +60,10 @@ pub struct Settings {
     pub config_override: Option<PathBuf>,
     /// Earlier versions kept for a quick rollback, besides the active one.
     pub rollback_window: usize,
+    /// An uninstall that leaves nothing removes the state directory itself. Only for the
+    /// daemon of an uninstall pod, which never installs again; not for a one-off uninstall
+    /// beside a running daemon, which would go on writing into the removed directory.
+    pub remove_state_dir: bool,
 }
 
 impl Settings {
@@ -69,6 +73,7 @@ impl Settings {
             staging_dir: staging_dir.into(),
             config_override: None,
             rollback_window: 2,
+            remove_state_dir: true,
         }
     }
 }
@@ -244,10 +249,11 @@ impl<C: Cluster> Installer<C> {
 
 #[cfg(test)]
 mod tests {
-    use super::test_support::{Bed, desired, node, recorded, shim};
+    use super::test_support::{self, Bed, desired, node, recorded, shim};
     use super::*;
     use crate::desired_shims::{Rollout, ready_label};
     use crate::installer::state::{Failure, Phase, STATE_FILE, ShimState};
+    use std::path::Path;
 
     #[tokio::test]
     async fn an_uninstall_on_a_clean_node_changes_nothing_and_is_clean() {
@@ -268,8 +274,47 @@ mod tests {
         );
         assert_eq!(outcome.steps, [Step::CollectGarbage]);
         assert!(!outcome.restarted);
-        assert_eq!(bed.tree(), before);
+        // Nothing changed but the installer's own empty directory, which goes too.
+        let state_dir = test_support::STATE_DIR.trim_start_matches('/');
+        let without_it: Vec<String> = before.into_iter().filter(|p| p != state_dir).collect();
+        assert_eq!(bed.tree(), without_it);
         assert!(bed.host.events().is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_uninstall_keeps_the_directory_while_something_is_in_it_and_an_install_never_removes_it()
+     {
+        let mut bed = Bed::new(node(&[]));
+        bed.host.set_version_output("containerd v2.1.0");
+        let state_dir = test_support::STATE_DIR.trim_start_matches('/');
+        let foreign = format!("{}/left-by-hand", test_support::STATE_DIR);
+        bed.host
+            .write_file(Path::new(&foreign), b"x", 0o644)
+            .unwrap();
+        let uninstall = DesiredShims::uninstall(Rollout {
+            max_concurrent_restarts: 1,
+        });
+        bed.installer.run(&uninstall).await.unwrap();
+        assert!(
+            bed.tree().contains(&state_dir.to_string()),
+            "{:?}",
+            bed.tree()
+        );
+
+        bed.host.remove_file(Path::new(&foreign)).unwrap();
+        // Nothing selected for this node, but not an uninstall: the pod may install here later.
+        bed.installer.run(&desired(vec![])).await.unwrap();
+        assert!(
+            bed.tree().contains(&state_dir.to_string()),
+            "{:?}",
+            bed.tree()
+        );
+        bed.installer.run(&uninstall).await.unwrap();
+        assert!(
+            !bed.tree().contains(&state_dir.to_string()),
+            "{:?}",
+            bed.tree()
+        );
     }
 
     #[tokio::test]

@@ -1,7 +1,7 @@
 //! The outcome of a run: the readiness labels it patches, the state record it leaves on the
 //! host, and the node status it reports (computed from the run alone).
 
-use crate::desired_shims::{READY_LABEL_PREFIX, ready_label};
+use crate::desired_shims::{Mode, READY_LABEL_PREFIX, ready_label};
 use crate::installer::cluster::{Cluster, LabelChanges};
 use crate::installer::error::InstallerError;
 use crate::installer::plan::{Step, plan};
@@ -86,7 +86,28 @@ impl<C: Cluster> Installer<C> {
         } else if run.state != run.loaded {
             self.store(&run.state)?;
         }
+        self.remove_state_dir(run);
         Ok(())
+    }
+
+    /// An uninstall that left nothing (no record, no version a running shim still uses, no pod
+    /// waited for) removes the installer's directory too. Only an uninstall: its pod never
+    /// installs again (a new desired set comes with a new pod, whose host mount creates the
+    /// directory anew), whereas a node merely deselected may be selected again under the same
+    /// pod. A directory that stays is not worth failing the uninstall for: it is logged.
+    fn remove_state_dir(&self, run: &Run<'_>) {
+        let done = self.settings.remove_state_dir
+            && run.selection.desired.mode == Mode::Uninstall
+            && run.state.is_clean()
+            && run.retained.is_empty()
+            && run.waiting.is_empty();
+        if !done {
+            return;
+        }
+        let dir = self.settings.layout.state_dir();
+        if let Err(err) = self.host.remove_state_dir(dir) {
+            tracing::warn!(error = %err, dir = %dir.display(), "cannot remove the installer's directory");
+        }
     }
 }
 
@@ -103,6 +124,7 @@ pub(super) fn outcome(run: &Run<'_>, steps: Vec<Step>, now: jiff::Timestamp) -> 
             shims,
             retained_in_use: run.retained.clone(),
             run_failed: false,
+            waiting_for_pods: !run.waiting.is_empty(),
             updated_at: now,
         },
         steps,

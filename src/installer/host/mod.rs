@@ -154,14 +154,22 @@ pub trait Host: RootedHost + HostFs + Send + Sync {
         self.fs().check_writable(dir)
     }
 
+    /// Removes the installer's own directory, once empty (nothing of the installer is left).
+    /// A directory with something in it, or one that is gone, is left as it is.
+    fn remove_state_dir(&self, dir: &Path) -> io::Result<()> {
+        self.guard_write(dir)?;
+        self.fs().remove_empty_dir(dir).map(|_| ())
+    }
+
     // ----- processes -----
 
     /// The executables of all running processes of the host.
     fn running_executables(&self) -> io::Result<Vec<RunningExe>>;
 
-    /// How many pod sandboxes (ready or not, until removed) the CRI has with this runtime
-    /// handler; `None` when the host cannot tell (no `crictl`). A shim stays on the node while
-    /// a sandbox uses it: containerd needs its files to stop and remove that pod.
+    /// How many ready pod sandboxes the CRI has with this runtime handler; `None` when the host
+    /// cannot tell (no `crictl`). A shim stays on the node while a sandbox uses it: containerd
+    /// needs its files to stop that pod. A sandbox that is not ready was stopped already (its
+    /// pod was deleted): it does not hold a removal up.
     fn sandboxes_with_handler(&self, handler: &str) -> Result<Option<usize>, HostError>;
 
     // ----- commands in the host's mount namespace -----

@@ -327,7 +327,9 @@ impl NodeHost {
 /// The evidence of a verification through the CRI (crictl is on the host).
 const CRICTL_EVIDENCE: &str = "crictl info";
 
-/// `crictl pods -o json`: the sandboxes whose runtime handler is `handler`.
+/// `crictl pods -o json`: the ready sandboxes whose runtime handler is `handler`. A sandbox
+/// that is not ready (`SANDBOX_NOTREADY`) runs nothing: its pod was deleted or stopped, and
+/// containerd removes it without starting the runtime again.
 pub(crate) fn count_sandboxes(json: &str, handler: &str) -> Result<usize, HostError> {
     let value: serde_json::Value =
         serde_json::from_str(json).map_err(|source| HostError::NotJson {
@@ -344,6 +346,8 @@ pub(crate) fn count_sandboxes(json: &str, handler: &str) -> Result<usize, HostEr
                     item.get("runtimeHandler")
                         .and_then(serde_json::Value::as_str)
                         == Some(handler)
+                        && item.get("state").and_then(serde_json::Value::as_str)
+                            == Some("SANDBOX_READY")
                 })
                 .count()
         })
@@ -395,6 +399,27 @@ impl RootedHost for NodeHost {
 }
 
 impl Host for NodeHost {
+    /// The pod sees the directory as a bind mount of its own, which cannot be removed from
+    /// inside it; in the host's mount namespace it is a plain directory. Once removed there,
+    /// the pod's mount shows it unlinked (no links), and nothing is done again.
+    fn remove_state_dir(&self, dir: &Path) -> io::Result<()> {
+        self.guard_write(dir)?;
+        let here = self.fs.resolve(dir);
+        match fs::metadata(&here) {
+            Ok(meta) if meta.nlink() == 0 => return Ok(()),
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(err) => return Err(err),
+            Ok(_) => {}
+        }
+        if fs::read_dir(&here)?.next().is_some() {
+            return Ok(());
+        }
+        let path = dir.to_string_lossy();
+        self.run_ok(&["rmdir", "--", &path])
+            .map(|_| ())
+            .map_err(io::Error::other)
+    }
+
     fn running_executables(&self) -> io::Result<Vec<RunningExe>> {
         scan_proc(&self.config.proc_dir)
     }
@@ -511,8 +536,11 @@ mod tests {
 
     #[test]
     fn counts_the_sandboxes_of_a_handler() {
-        let json = r#"{"items":[{"id":"a","runtimeHandler":"crun"},{"id":"b","runtimeHandler":""},
-                                {"id":"c","runtimeHandler":"crun"}]}"#;
+        let json = r#"{"items":[{"id":"a","runtimeHandler":"crun","state":"SANDBOX_READY"},
+                                {"id":"b","runtimeHandler":"","state":"SANDBOX_READY"},
+                                {"id":"c","runtimeHandler":"crun","state":"SANDBOX_READY"},
+                                {"id":"d","runtimeHandler":"crun","state":"SANDBOX_NOTREADY"}]}"#;
+        // The stopped sandbox of a deleted pod does not count.
         assert_eq!(count_sandboxes(json, "crun").unwrap(), 2);
         assert_eq!(count_sandboxes(json, "spin").unwrap(), 0);
         assert_eq!(count_sandboxes("{}", "crun").unwrap(), 0);
@@ -550,6 +578,27 @@ mod tests {
         let err = check_cri_info(ok, &[missing]).unwrap_err();
         assert!(err.to_string().contains("wasmtime"), "{err}");
         assert!(check_cri_info("nope", &[]).is_err());
+    }
+
+    /// The state directory goes through `rmdir` in the joined namespace (this process's own
+    /// here), only once empty; a directory that is gone already is no error.
+    #[test]
+    fn removes_the_state_directory_only_once_empty() {
+        let host = NodeHost::new(NodeHostConfig {
+            root: PathBuf::from("/"),
+            mount_namespace: PathBuf::from("/proc/self/ns/mnt"),
+            ..NodeHostConfig::default()
+        });
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("containerd-shim-installer");
+        fs::create_dir(&dir).unwrap();
+        fs::write(dir.join("left"), "x").unwrap();
+        host.remove_state_dir(&dir).unwrap();
+        assert!(dir.join("left").exists());
+        fs::remove_file(dir.join("left")).unwrap();
+        host.remove_state_dir(&dir).unwrap();
+        assert!(!dir.exists());
+        host.remove_state_dir(&dir).unwrap();
     }
 
     /// The real fork + setns + exec path. PID 1 of a test sandbox is usually out of reach, so
