@@ -27,6 +27,8 @@
 #                          (hack/nodes/images.sh builds them)
 #   --node-pool POOL       the nodes' worker pool label (default worker-a)
 #   --node-prefix PREFIX   node names are PREFIX1, PREFIX2, ... (default node-)
+#   --node-agent           Gardener-shaped nodes: gardener-node-agent runs on each node and owns
+#                          containerd's config (hack/nodes/node-agent.sh); needs --node-images
 #
 # Everything binds to 127.0.0.1, except, with nodes, the shoot API server, the registry and the
 # kubelets, which bind to addresses on lo that pods and nodes reach. Every process started is
@@ -45,6 +47,7 @@ NODE_FLAVOURS=""
 NODE_IMAGES=""
 NODE_POOL="worker-a"
 NODE_NAME_PREFIX="node-"
+NODE_AGENT=""
 exec_node=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -53,6 +56,7 @@ while [[ $# -gt 0 ]]; do
     --node-images) NODE_IMAGES="$(cd "$2" && pwd)"; shift 2 ;;
     --node-pool) NODE_POOL="$2"; shift 2 ;;
     --node-prefix) NODE_NAME_PREFIX="$2"; shift 2 ;;
+    --node-agent) NODE_AGENT=1; shift ;;
     --) shift; break ;;
     -*) echo "unknown argument: $1" >&2; exit 2 ;;
     *)
@@ -71,6 +75,9 @@ log() { printf '[control-plane %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 # shellcheck source=nodes/lib.sh
 source "$repo/hack/nodes/lib.sh"
+# shellcheck source=nodes/node-agent.sh
+source "$repo/hack/nodes/node-agent.sh"
+[[ -z "$NODE_AGENT" ]] || NODE_LABELS="$NODE_LABELS,$(node_agent_node_labels)"
 
 KUBE_APISERVER="$KUBE_DIR/kube-apiserver"
 KUBE_CONTROLLER_MANAGER="$KUBE_DIR/kube-controller-manager"
@@ -343,7 +350,7 @@ logFormat: json
 server:
   webhooks:
     bindAddress: 127.0.0.1
-    port: $(free_port)
+    port: $GRM_WEBHOOK_PORT
     tls:
       serverCertDir: $dir/pki/grm
   healthProbes:
@@ -377,6 +384,7 @@ controllers:
   tokenRequestor:
     enabled: false
 webhooks:
+$(if [[ -n "$NODE_AGENT" ]]; then node_agent_grm_webhook; else printf '  nodeAgentAuthorizer:\n    enabled: false\n'; fi)
   crdDeletionProtection:
     enabled: false
   endpointSliceHints:
@@ -396,8 +404,6 @@ webhooks:
   podTopologySpreadConstraints:
     enabled: false
   projectedTokenMount:
-    enabled: false
-  nodeAgentAuthorizer:
     enabled: false
   seccompProfile:
     enabled: false
@@ -422,6 +428,7 @@ SHOOT_APISERVER_PORT=$SHOOT_PORT
 NODES=$(IFS=,; echo "${names[*]}")
 NODE_POOL=$NODE_POOL
 NODE_IMAGES=$NODE_IMAGES
+NODE_AGENT_SECRET=$([[ -z "$NODE_AGENT" ]] || node_agent_secret_name)
 ENV
   mv "$dir/env.partial" "$dir/env"
 }
@@ -430,6 +437,7 @@ up() {
   require_tools
   if ((NODE_COUNT > 0)); then
     nodes_require_tools
+    [[ -z "$NODE_AGENT" ]] || node_agent_require_tools
     nodes_lock
   fi
   if [[ -f "$dir/pids" ]]; then
@@ -461,6 +469,7 @@ up() {
   SEED_PORT="$(free_port)"
   SHOOT_PORT="$(free_port)"
   GRM_HEALTH_PORT="$(free_port)"
+  GRM_WEBHOOK_PORT="$(free_port)"
   write_kubeconfig "$dir/seed-admin.kubeconfig" "$SEED_PORT" "$ADMIN_TOKEN" admin
   local shoot_host=127.0.0.1
   ((NODE_COUNT == 0)) || shoot_host="$NODE_API_ADDRESS"
@@ -482,6 +491,12 @@ up() {
     nodes_network_up
     gen_kubelet_client_cert
     read -r -a shoot_args <<<"$(shoot_apiserver_node_args)"
+    if [[ -n "$NODE_AGENT" ]]; then
+      # Authorization comes from the structured configuration with the agent's authorizer.
+      local authz
+      authz="$(node_agent_apiserver_authorization_args "$GRM_WEBHOOK_PORT")"
+      read -r -a shoot_args <<<"$(printf '%s\n' "${shoot_args[@]}" | sed "s|^--authorization-mode=.*|$authz|" | tr '\n' ' ')"
+    fi
     read -r -a kcm_args <<<"$(shoot_kcm_node_args)"
   fi
   # shellcheck disable=SC2046
@@ -524,6 +539,7 @@ up() {
   if ((NODE_COUNT > 0)); then
     start_node_services
     start_nodes
+    [[ -z "$NODE_AGENT" ]] || start_node_agents
   fi
   check_alive
   write_env
@@ -614,7 +630,7 @@ case "$cmd" in
     node_exec "$exec_node" "$@"
     ;;
   *)
-    sed -n '2,34p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,37p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac
