@@ -185,14 +185,15 @@ controllers:
 CONFIG
   )
 
-  # The unit gardener-node-init installs (Gardener's unit content, the agent's own paths).
+  # The unit gardener-node-init installs, without `LimitMEMLOCK=infinity`: raising the hard
+  # limit needs CAP_SYS_RESOURCE, which these machines lack, and systemd would refuse to start
+  # the unit.
   cat >"$root/etc/systemd/system/gardener-node-agent.service" <<UNIT
 [Unit]
 Description=Gardener Node Agent
 After=network-online.target
 
 [Service]
-LimitMEMLOCK=infinity
 ExecStart=/opt/bin/gardener-node-agent --config-dir=$NODE_AGENT_DIR
 Restart=always
 RestartSec=5
