@@ -16,6 +16,8 @@ mod support;
 mod disruption;
 mod gvisor;
 mod install;
+mod node_agent;
+mod node_agent_scenario;
 mod registry;
 mod removal;
 mod rollout;
