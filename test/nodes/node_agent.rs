@@ -13,9 +13,13 @@ use serde_json::json;
 use crate::node_agent_scenario::{
     AGENT_TIMEOUT, AgentScenario, containerd_config, runtimes_path, toml_at,
 };
+use kube::ResourceExt;
+use sha2::{Digest, Sha256};
+
 use crate::support::osc::{
-    CONTAINER_RUNTIMES_BIN, File, FileContent, ImageRef, OperatingSystemConfigSpec, PluginConfig,
-    runtime_plugin_path, wait_applied,
+    CONTAINER_RUNTIMES_BIN, ContainerdConfig, CriConfig, DOWNLOADED_CHECKSUM_ANNOTATION, File,
+    FileContent, ImageRef, OSC_DATA_KEY, OperatingSystemConfig, OperatingSystemConfigSpec,
+    PURPOSE_RECONCILE, PluginConfig, Pool, node_agent_secret, runtime_plugin_path, wait_applied,
 };
 use crate::support::poll;
 use crate::support::real_nodes::{RealNode, now_us};
@@ -253,4 +257,41 @@ async fn node_agent_applies_a_runtime_from_the_osc_and_removes_it() {
         );
     }
     s.wait_nodes_ready().await;
+}
+
+/// gardenlet's Secret, without nodes: the checksum is over exactly the bytes the agent reads,
+/// and only what the agent reconciles is in them.
+#[test]
+fn the_secret_carries_the_checksum_of_exactly_its_data() {
+    let osc = OperatingSystemConfig::new(
+        "x-original",
+        OperatingSystemConfigSpec {
+            type_: "debian".into(),
+            purpose: PURPOSE_RECONCILE.into(),
+            cri_config: Some(CriConfig {
+                name: "containerd".into(),
+                cgroup_driver: Some("cgroupfs".into()),
+                containerd: Some(ContainerdConfig {
+                    sandbox_image: "r/pause@sha256:0".into(),
+                    plugins: vec![],
+                }),
+            }),
+            ..Default::default()
+        },
+    );
+    let pool = Pool {
+        name: "worker-a".into(),
+        secret_name: "gardener-node-agent-worker-a-0123456789abcdef".into(),
+    };
+    let secret = node_agent_secret(&osc, &pool).unwrap();
+    let data = &secret.data.as_ref().unwrap()[OSC_DATA_KEY].0;
+    assert_eq!(
+        secret.annotations()[DOWNLOADED_CHECKSUM_ANNOTATION],
+        hex::encode(Sha256::digest(data))
+    );
+    let text = String::from_utf8_lossy(data);
+    // Only what the agent reconciles: not the seed object's type and purpose.
+    assert!(!text.contains("debian"), "{text}");
+    assert!(!text.contains(PURPOSE_RECONCILE), "{text}");
+    assert!(text.contains("sandboxImage"), "{text}");
 }
