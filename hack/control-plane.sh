@@ -27,6 +27,8 @@
 #                          (hack/nodes/images.sh builds them)
 #   --node-pool POOL       the nodes' worker pool label (default worker-a)
 #   --node-prefix PREFIX   node names are PREFIX1, PREFIX2, ... (default node-)
+#   --node-agent           Gardener-shaped nodes: gardener-node-agent runs on each node and owns
+#                          containerd's config (hack/nodes/node-agent.sh); needs --node-images
 #
 # --garden adds a garden: gardener-apiserver with an etcd of its own, serving core.gardener.cloud
 # (Shoots) behind the seed kube-apiserver (hack/garden.sh); DIR/env then has GARDEN_KUBECONFIG.
@@ -48,6 +50,7 @@ NODE_FLAVOURS=""
 NODE_IMAGES=""
 NODE_POOL="worker-a"
 NODE_NAME_PREFIX="node-"
+NODE_AGENT=""
 exec_node=""
 GARDEN=0
 while [[ $# -gt 0 ]]; do
@@ -58,6 +61,7 @@ while [[ $# -gt 0 ]]; do
     --node-pool) NODE_POOL="$2"; shift 2 ;;
     --node-prefix) NODE_NAME_PREFIX="$2"; shift 2 ;;
     --garden) GARDEN=1; shift ;;
+    --node-agent) NODE_AGENT=1; shift ;;
     --) shift; break ;;
     -*) echo "unknown argument: $1" >&2; exit 2 ;;
     *)
@@ -78,6 +82,9 @@ die() { log "ERROR: $*"; exit 1; }
 source "$repo/hack/nodes/lib.sh"
 # shellcheck source=garden.sh
 source "$repo/hack/garden.sh"
+# shellcheck source=nodes/node-agent.sh
+source "$repo/hack/nodes/node-agent.sh"
+[[ -z "$NODE_AGENT" ]] || NODE_LABELS="$NODE_LABELS,$(node_agent_node_labels)"
 
 KUBE_APISERVER="$KUBE_DIR/kube-apiserver"
 KUBE_CONTROLLER_MANAGER="$KUBE_DIR/kube-controller-manager"
@@ -350,7 +357,7 @@ logFormat: json
 server:
   webhooks:
     bindAddress: 127.0.0.1
-    port: $(free_port)
+    port: $GRM_WEBHOOK_PORT
     tls:
       serverCertDir: $dir/pki/grm
   healthProbes:
@@ -384,6 +391,7 @@ controllers:
   tokenRequestor:
     enabled: false
 webhooks:
+$(if [[ -n "$NODE_AGENT" ]]; then node_agent_grm_webhook; else printf '  nodeAgentAuthorizer:\n    enabled: false\n'; fi)
   crdDeletionProtection:
     enabled: false
   endpointSliceHints:
@@ -403,8 +411,6 @@ webhooks:
   podTopologySpreadConstraints:
     enabled: false
   projectedTokenMount:
-    enabled: false
-  nodeAgentAuthorizer:
     enabled: false
   seccompProfile:
     enabled: false
@@ -429,6 +435,7 @@ SHOOT_APISERVER_PORT=$SHOOT_PORT
 NODES=$(IFS=,; echo "${names[*]}")
 NODE_POOL=$NODE_POOL
 NODE_IMAGES=$NODE_IMAGES
+NODE_AGENT_SECRET=$([[ -z "$NODE_AGENT" ]] || node_agent_secret_name)
 ENV
   [[ ! -f "$dir/garden.env" ]] || cat "$dir/garden.env" >>"$dir/env.partial"
   mv "$dir/env.partial" "$dir/env"
@@ -439,6 +446,7 @@ up() {
   ((GARDEN == 0)) || garden_require_tools
   if ((NODE_COUNT > 0)); then
     nodes_require_tools
+    [[ -z "$NODE_AGENT" ]] || node_agent_require_tools
     nodes_lock
   fi
   if [[ -f "$dir/pids" ]]; then
@@ -471,6 +479,7 @@ up() {
   SEED_PORT="$(free_port)"
   SHOOT_PORT="$(free_port)"
   GRM_HEALTH_PORT="$(free_port)"
+  GRM_WEBHOOK_PORT="$(free_port)"
   write_kubeconfig "$dir/seed-admin.kubeconfig" "$SEED_PORT" "$ADMIN_TOKEN" admin
   local shoot_host=127.0.0.1
   ((NODE_COUNT == 0)) || shoot_host="$NODE_API_ADDRESS"
@@ -492,6 +501,12 @@ up() {
     nodes_network_up
     gen_kubelet_client_cert
     read -r -a shoot_args <<<"$(shoot_apiserver_node_args)"
+    if [[ -n "$NODE_AGENT" ]]; then
+      # Authorization comes from the structured configuration with the agent's authorizer.
+      local authz
+      authz="$(node_agent_apiserver_authorization_args "$GRM_WEBHOOK_PORT")"
+      read -r -a shoot_args <<<"$(printf '%s\n' "${shoot_args[@]}" | sed "s|^--authorization-mode=.*|$authz|" | tr '\n' ' ')"
+    fi
     read -r -a kcm_args <<<"$(shoot_kcm_node_args)"
   fi
   # shellcheck disable=SC2046
@@ -536,6 +551,7 @@ up() {
   if ((NODE_COUNT > 0)); then
     start_node_services
     start_nodes
+    [[ -z "$NODE_AGENT" ]] || start_node_agents
   fi
   check_alive
   write_env
@@ -626,7 +642,7 @@ case "$cmd" in
     node_exec "$exec_node" "$@"
     ;;
   *)
-    sed -n '2,34p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,37p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

@@ -3,7 +3,8 @@
 # formatting and lints, runs the unit tests and the command blocks of the docs, then the
 # integration tests with the embedded control plane up, then the end-to-end tests of the
 # controller binary on a second, fresh control plane (the binary reconciles every Extension it
-# can see), then the tests on real nodes on a third one that has two nodes.
+# can see), then the tests on real nodes on a third one that has three nodes, and the
+# gardener-node-agent tests on a fourth whose two nodes run the agent.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -50,4 +51,9 @@ step "tests on real nodes (a control plane with three nodes: Debian's containerd
 hack/nodes/images.sh "$repo/.local/images"
 hack/control-plane.sh run --dir "$repo/.local/nodes-control-plane" \
   --nodes containerd1,containerd17,containerd2 --node-images "$repo/.local/images" -- \
-  cargo test --locked --test nodes -- --test-threads=1
+  cargo test --locked --test nodes -- --test-threads=1 --skip node_agent::
+
+step "tests on Gardener-shaped nodes (gardener-node-agent owns containerd's config; 1.6 and 2.x)"
+hack/control-plane.sh run --dir "$repo/.local/node-agent-control-plane" \
+  --nodes containerd1,containerd2 --node-images "$repo/.local/images" --node-agent -- \
+  cargo test --locked --test nodes -- --test-threads=1 node_agent::

@@ -490,6 +490,7 @@ start_nodes() {
   local flavours=(${NODE_FLAVOURS//,/ })
   for ((i = 1; i <= NODE_COUNT; i++)); do
     prepare_node "$i" "${flavours[$((i - 1))]}"
+    [[ -z "$NODE_AGENT" ]] || prepare_node_agent "$i" "$dir/nodes/$(node_name "$i")/rootfs" "${flavours[$((i - 1))]}"
     start_node "$i"
   done
   for ((i = 1; i <= NODE_COUNT; i++)); do

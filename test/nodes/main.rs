@@ -18,6 +18,8 @@ mod disruption;
 mod drift;
 mod gvisor;
 mod install;
+mod node_agent;
+mod node_agent_scenario;
 mod node_selector;
 mod nothing_left;
 mod prompt_removal;

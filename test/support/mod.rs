@@ -18,6 +18,7 @@ pub mod https;
 pub mod installer;
 pub mod nodes;
 pub mod objects;
+pub mod osc;
 pub mod poll;
 pub mod process;
 pub mod rbac;
