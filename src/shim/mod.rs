@@ -9,6 +9,7 @@ pub mod error;
 pub mod health;
 pub mod identity;
 pub mod offline;
+pub mod osc;
 pub mod plan;
 pub mod render;
 
