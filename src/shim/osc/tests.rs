@@ -570,3 +570,26 @@ fn the_golden_files_are_valid_oscs() {
         }
     }
 }
+
+#[test]
+fn a_rollback_to_the_kept_version_takes_its_files_back() {
+    let first = apply(&osc("a"), &install(vec![spin("v0.21.0")]));
+    let upgraded = apply(&first, &install(vec![spin("v0.22.0")]));
+    let back = apply(&upgraded, &install(vec![spin("v0.21.0")]));
+    assert_foreign_untouched(&first, &back);
+    let old = format!(
+        "{}/containerd-shim-spin-v2",
+        VersionDir::of(&spin("v0.21.0")).bin_dir()
+    );
+    let new = format!(
+        "{}/containerd-shim-spin-v2",
+        VersionDir::of(&spin("v0.22.0")).bin_dir()
+    );
+    let state = delivered(&back);
+    assert_eq!(state.files, [old.clone()].into());
+    assert_eq!(state.retained, [new.clone()].into());
+    // Each path once: the kept file became the wanted one, not a second entry.
+    let paths = file_paths(&back);
+    assert_eq!(paths.iter().filter(|p| **p == old).count(), 1, "{paths:?}");
+    assert_eq!(paths.iter().filter(|p| **p == new).count(), 1, "{paths:?}");
+}
