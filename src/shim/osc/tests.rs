@@ -593,3 +593,76 @@ fn a_rollback_to_the_kept_version_takes_its_files_back() {
     assert_eq!(paths.iter().filter(|p| **p == old).count(), 1, "{paths:?}");
     assert_eq!(paths.iter().filter(|p| **p == new).count(), 1, "{paths:?}");
 }
+
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// A desired set from a small alphabet: each shim absent or at one of two versions.
+    fn desired() -> impl Strategy<Value = DesiredShims> {
+        (0..3usize, 0..3usize, 0..2usize, any::<bool>()).prop_map(|(s, g, c, uninstall)| {
+            if uninstall {
+                return DesiredShims::uninstall(Rollout {
+                    max_concurrent_restarts: 1,
+                });
+            }
+            let mut shims = Vec::new();
+            if s > 0 {
+                shims.push(spin(&format!("v0.2{s}.0")));
+            }
+            if g > 0 {
+                shims.push(gvisor(&format!("2025081{g}")));
+            }
+            if c > 0 {
+                shims.push(crun(&["b"]));
+            }
+            install(shims)
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Over any sequence of changes: each step is idempotent, foreign entries are as
+        /// gardenlet wrote them, every delivered handler has exactly one entry and every
+        /// recorded file is in the OSC exactly once.
+        #[test]
+        fn any_sequence_of_changes_keeps_the_osc_consistent(
+            pool in prop::sample::select(vec!["a", "b"]),
+            steps in prop::collection::vec(desired(), 1..6),
+        ) {
+            let original = osc(pool);
+            let mut current = original.clone();
+            for step in &steps {
+                current = apply(&current, step);
+                assert_foreign_untouched(&original, &current);
+                let Some(state) = current
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(DELIVERED_ANNOTATION))
+                    .map(|t| Delivered::from_annotation(t).unwrap())
+                else {
+                    continue;
+                };
+                for handler in state.owned_handlers() {
+                    let entries: Vec<&PluginConfig> = plugins(&current)
+                        .iter()
+                        .filter(|p| p.path == runtime_path(handler))
+                        .collect();
+                    prop_assert_eq!(entries.len(), 1, "{}", handler);
+                    prop_assert_eq!(
+                        entries[0].op == Some(PluginOp::Remove),
+                        state.removed.contains(handler)
+                    );
+                }
+                let paths = file_paths(&current);
+                for file in state.owned_files() {
+                    prop_assert_eq!(paths.iter().filter(|p| **p == file).count(), 1);
+                }
+                prop_assert!(state.files.is_disjoint(&state.retained));
+            }
+        }
+    }
+}
