@@ -10,6 +10,7 @@ pub mod health;
 pub mod identity;
 pub mod node_events;
 pub mod offline;
+pub mod osc;
 pub mod plan;
 pub mod render;
 pub mod shoot_cleanup;

@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod common;
 pub mod extension;
 pub mod managed_resource;
+pub mod operating_system_config;
 
 pub use cluster::{Cluster, ClusterSpec, Shoot, WorkerPool};
 pub use common::{
@@ -16,6 +17,7 @@ pub use common::{
 };
 pub use extension::{Extension, ExtensionSpec, ExtensionStatus};
 pub use managed_resource::{ManagedResource, ManagedResourceSpec, ManagedResourceStatus};
+pub use operating_system_config::{OperatingSystemConfig, OperatingSystemConfigSpec};
 
 /// Decodes one of these types from YAML. It goes through a JSON value: `providerConfig` and the
 /// Cluster's embedded objects are held as raw JSON, which only serde_json's own deserializers
