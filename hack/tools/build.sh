@@ -70,7 +70,7 @@ build_etcd() {
 
 build_gardener() {
   build_into "$GARDENER_DIR" gardener \
-    "-s -w -X github.com/gardener/gardener/pkg/version.gitVersion=$GARDENER_VERSION" \
+    "-s -w -X k8s.io/component-base/version.gitVersion=$GARDENER_VERSION" \
     github.com/gardener/gardener/cmd/gardener-resource-manager \
     github.com/gardener/gardener/cmd/gardener-node-agent \
     github.com/gardener/gardener/cmd/gardener-apiserver

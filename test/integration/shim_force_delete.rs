@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use serde_json::json;
 
 use crate::shim_lifecycle::{Fixture, config, fast_settings};
-use crate::support::{self, gardenlet, nodes, objects};
+use crate::support::{self, gardenlet, nodes, objects, poll};
 
 const INSTALLER_SELECTOR: &str = "app.kubernetes.io/name=containerd-shim-installer";
 
@@ -29,8 +29,18 @@ async fn force_deletion_removes_the_bundle_without_waiting_for_the_nodes() {
     sim.ready.store(false, Ordering::SeqCst);
     gardenlet::delete(&f.api, "containerd-shim").await;
     f.gone().await;
-    assert!(
-        f.managed_resource().await.is_none(),
-        "the bundle is removed with the Extension"
-    );
+    // The ManagedResource was deleted without an uninstall; gardener-resource-manager removes
+    // its objects from the shoot (the simulated nodes' installer pods go while `sim` runs).
+    poll::until(
+        "the bundle removed with the Extension",
+        poll::DEFAULT_TIMEOUT,
+        || async {
+            match f.managed_resource().await {
+                None => Ok(()),
+                Some(mr) => Err(format!("{:?}", mr.status)),
+            }
+        },
+    )
+    .await;
+    drop(sim);
 }
