@@ -102,7 +102,9 @@ build_package() {
   # libseccomp-dev: the static libseccomp.
   apt_install protobuf-compiler libseccomp-dev
   local libdir
-  libdir="$(dirname "$(dpkg -L libseccomp-dev | grep '/libseccomp\.a$' | head -n 1)")"
+  # The machine's own architecture's package: the crun payload's cross build may have added
+  # another architecture's libseccomp-dev beside it.
+  libdir="$(dirname "$(dpkg -L "libseccomp-dev:$(dpkg --print-architecture)" | grep '/libseccomp\.a$' | head -n 1)")"
   [[ -f "$libdir/libseccomp.a" ]] || die "libseccomp.a not found: run 'apt-get install libseccomp-dev'"
 
   local target_dir="$repo/target/wasm-payloads" started=$SECONDS

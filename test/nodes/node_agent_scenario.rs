@@ -175,19 +175,7 @@ impl AgentScenario {
         }))
         .expect("pod");
         let pods: Api<Pod> = Api::namespaced(self.c.shoot.clone(), &self.workloads);
-        // The namespace's default ServiceAccount appears a moment after the namespace.
-        poll::until(
-            &format!("pod {name} created"),
-            poll::DEFAULT_TIMEOUT,
-            || async {
-                match pods.create(&PostParams::default(), &pod).await {
-                    Ok(_) => Ok(()),
-                    Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-                    Err(e) => Err(e.to_string()),
-                }
-            },
-        )
-        .await;
+        crate::scenario::create_once_admitted(&pods, &pod).await;
         let id = poll::until(&format!("pod {name} Running"), AGENT_TIMEOUT, || async {
             let pod = pods.get(&name).await.map_err(|e| e.to_string())?;
             let status = pod.status.unwrap_or_default();

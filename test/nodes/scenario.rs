@@ -246,20 +246,7 @@ impl Scenario {
         }))
         .expect("pod");
         let pods: Api<Pod> = Api::namespaced(self.c.shoot.clone(), &self.workloads);
-        // The namespace's default ServiceAccount comes from the controller-manager a moment
-        // after the namespace; admission refuses the pod until then.
-        poll::until(
-            &format!("pod {name} created"),
-            poll::DEFAULT_TIMEOUT,
-            || async {
-                match pods.create(&PostParams::default(), &pod).await {
-                    Ok(_) => Ok(()),
-                    Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-                    Err(e) => Err(e.to_string()),
-                }
-            },
-        )
-        .await;
+        create_once_admitted(&pods, &pod).await;
         name
     }
 
@@ -529,6 +516,25 @@ impl Scenario {
         )
         .await
     }
+}
+
+/// Creates a pod of a test's new workload namespace. The namespace's default ServiceAccount
+/// comes from the controller-manager a moment after the namespace, and admission refuses the
+/// pod until then: the create is retried (a 409 means an earlier try went through).
+pub async fn create_once_admitted(pods: &Api<Pod>, pod: &Pod) {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    poll::until(
+        &format!("pod {name} created"),
+        poll::DEFAULT_TIMEOUT,
+        || async {
+            match pods.create(&PostParams::default(), pod).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+                Err(e) => Err(e.to_string()),
+            }
+        },
+    )
+    .await;
 }
 
 /// Deletes what an earlier test may have left: its workload pods first (a shim's files stay on a

@@ -16,12 +16,11 @@ use serde_json::{Value, json};
 
 use crate::scenario::{NODE_TIMEOUT, STATE_DIR, Scenario};
 use crate::support::poll;
-use crate::support::process::http_get_at;
 use crate::support::real_nodes::{RealNode, now_us};
+use crate::wasm::{assert_http_answer, start_http_module};
 
 /// The catalog's own version of the `wasmtime` entry (src/shim/config/catalog.yaml).
 const CATALOG_VERSION: &str = "0.1.0";
-const HTTP_BODY: &str = "hello from wasm http on containerd-shim";
 const SHIM_BINARY: &str = "containerd-shim-wasmtime-v1";
 
 fn wasmtime(version: &str) -> Value {
@@ -78,17 +77,8 @@ fn shim_executables(node: &RealNode) -> BTreeMap<u32, String> {
 /// returns the pod's name and the executable of the shim process it added.
 async fn serve_http(s: &Scenario, node: &RealNode) -> (String, String) {
     let before = shim_executables(node);
-    let pod = s
-        .create_pod(
-            node,
-            "wasm-http",
-            json!({"runtimeClassName": "wasmtime",
-                   "containers": [{"name": "http", "image": s.nodes.image("WASM_HTTP_IMAGE"),
-                                   "imagePullPolicy": "IfNotPresent"}]}),
-        )
-        .await;
-    s.wait_pod_running(&pod).await;
-    assert_answers(s, &pod, node).await;
+    let pod = start_http_module(s, node).await;
+    assert_http_answer(s, &pod, node).await;
     let added: Vec<String> = shim_executables(node)
         .into_iter()
         .filter(|(pid, _)| !before.contains_key(pid))
@@ -101,23 +91,6 @@ async fn serve_http(s: &Scenario, node: &RealNode) -> (String, String) {
         node.name
     );
     (pod, added[0].clone())
-}
-
-async fn assert_answers(s: &Scenario, pod: &str, node: &RealNode) {
-    let port: u16 = s
-        .nodes
-        .image("WASM_HTTP_PORT")
-        .parse()
-        .expect("WASM_HTTP_PORT");
-    let ip = s.pod_ip(pod).await;
-    let (status, body) = poll::until(
-        &format!("an HTTP answer from {pod} on {}", node.name),
-        NODE_TIMEOUT,
-        || async { http_get_at(ip, port, "/").await },
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
-    assert!(body.contains(HTTP_BODY), "{}: {body:?}", node.name);
 }
 
 #[tokio::test]
@@ -155,7 +128,7 @@ async fn a_shim_upgrade_keeps_running_pods_and_a_version_that_cannot_run_is_roll
         // The running pod kept its shim process, which still executes the old version's file.
         s.wait_pod_running(pod).await;
         assert_eq!(&s.container_id(pod).await, id, "{}: restarted", node.name);
-        assert_answers(&s, pod, node).await;
+        assert_http_answer(&s, pod, node).await;
         let running = shim_executables(node);
         assert!(
             running.values().any(|e| e == exe),

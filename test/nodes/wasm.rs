@@ -10,6 +10,7 @@ use serde_json::json;
 use crate::scenario::{NODE_TIMEOUT, STATE_DIR, Scenario, assert_clean};
 use crate::support::poll;
 use crate::support::process::http_get_at;
+use crate::support::real_nodes::RealNode;
 
 const HELLO_LINE: &str = "hello from wasm on containerd-shim";
 const HTTP_BODY: &str = "hello from wasm http on containerd-shim";
@@ -43,11 +44,6 @@ async fn wasm_modules_run_under_the_installed_shim_on_both_containerd_versions()
         );
     }
 
-    let port: u16 = s
-        .nodes
-        .image("WASM_HTTP_PORT")
-        .parse()
-        .expect("WASM_HTTP_PORT");
     for node in &s.nodes.nodes {
         // A module that prints a line and exits.
         let hello = s
@@ -62,25 +58,8 @@ async fn wasm_modules_run_under_the_installed_shim_on_both_containerd_versions()
         s.wait_log_line(&hello, HELLO_LINE).await;
 
         // A module that serves HTTP.
-        let http = s
-            .create_pod(
-                node,
-                "wasm-http",
-                json!({"runtimeClassName": "wasmtime",
-                       "containers": [{"name": "http", "image": s.nodes.image("WASM_HTTP_IMAGE"),
-                                       "imagePullPolicy": "IfNotPresent"}]}),
-            )
-            .await;
-        s.wait_pod_running(&http).await;
-        let ip = s.pod_ip(&http).await;
-        let (status, body) = poll::until(
-            &format!("an HTTP answer from {http} on {}", node.name),
-            NODE_TIMEOUT,
-            || async { http_get_at(ip, port, "/").await },
-        )
-        .await;
-        assert_eq!(status, 200, "{body}");
-        assert!(body.contains(HTTP_BODY), "{}: {body:?}", node.name);
+        let http = start_http_module(&s, node).await;
+        assert_http_answer(&s, &http, node).await;
 
         // The shim ran it: the container is in the shim's own container state (youki's root,
         // named after the shim; under the node's /run, so looked at from inside the node), not
@@ -111,4 +90,38 @@ async fn wasm_modules_run_under_the_installed_shim_on_both_containerd_versions()
         assert_clean(&s.c, node).await;
         assert_eq!(&node.containerd_config(), original, "{}", node.name);
     }
+}
+
+/// Starts the HTTP module under the wasmtime RuntimeClass on `node`; returns the pod's name once
+/// it runs.
+pub async fn start_http_module(s: &Scenario, node: &RealNode) -> String {
+    let pod = s
+        .create_pod(
+            node,
+            "wasm-http",
+            json!({"runtimeClassName": "wasmtime",
+                   "containers": [{"name": "http", "image": s.nodes.image("WASM_HTTP_IMAGE"),
+                                   "imagePullPolicy": "IfNotPresent"}]}),
+        )
+        .await;
+    s.wait_pod_running(&pod).await;
+    pod
+}
+
+/// The HTTP module in `pod` on `node` answers with its page.
+pub async fn assert_http_answer(s: &Scenario, pod: &str, node: &RealNode) {
+    let port: u16 = s
+        .nodes
+        .image("WASM_HTTP_PORT")
+        .parse()
+        .expect("WASM_HTTP_PORT");
+    let ip = s.pod_ip(pod).await;
+    let (status, body) = poll::until(
+        &format!("an HTTP answer from {pod} on {}", node.name),
+        NODE_TIMEOUT,
+        || async { http_get_at(ip, port, "/").await },
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains(HTTP_BODY), "{}: {body:?}", node.name);
 }
