@@ -111,6 +111,23 @@ impl Drop for Server {
     }
 }
 
+/// Polls until the server's process has exited (within `TIMEOUT`); `what` says what went wrong
+/// otherwise.
+async fn wait_for_exit(server: &mut Server, what: &str) -> std::process::ExitStatus {
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}; log:\n{}",
+            server.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 fn spawn(dir: &Path, port: u16, health: u16) -> Server {
     let log = tempfile::NamedTempFile::new().unwrap();
     let child = Command::new(BIN)
@@ -267,18 +284,7 @@ async fn admission_server_answers_over_tls_reloads_its_certificate_and_stops_on_
             .unwrap()
             .success()
     );
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    let status = loop {
-        if let Some(status) = server.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no exit after SIGTERM; log:\n{}",
-            server.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let status = wait_for_exit(&mut server, "no exit after SIGTERM").await;
     assert!(status.success(), "{status}; log:\n{}", server.logs());
 }
 
@@ -288,18 +294,7 @@ async fn admission_server_without_a_usable_certificate_does_not_start() {
     std::fs::write(dir.path().join("serving.crt"), "not a certificate").unwrap();
     std::fs::write(dir.path().join("serving.key"), "").unwrap();
     let mut server = spawn(dir.path(), free_port(), free_port());
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    let status = loop {
-        if let Some(status) = server.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "it keeps running; log:\n{}",
-            server.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let status = wait_for_exit(&mut server, "it keeps running").await;
     assert!(!status.success());
     let log = server.logs();
     assert!(log.contains("serving.crt"), "{log}");

@@ -20,9 +20,9 @@ const NAME: &str = "gardener-extension-containerd-shim";
 const BIN: &str = env!("CARGO_BIN_EXE_gardener-extension-containerd-shim");
 
 /// What gardenlet mixes into the values on a seed (gardener-contract.md §5.2).
-const GARDENLET_VALUES: &str = r#"
+pub(crate) const GARDENLET_VALUES: &str = r#"
 gardener:
-  version: v1.136.2
+  version: v1.149.3
   garden:
     clusterIdentity: garden-local
   gardenlet:
@@ -43,7 +43,7 @@ gardener:
 /// What gardener-operator mixes in when it deploys the extension into the runtime cluster.
 const RUNTIME_CLUSTER_VALUES: &str = r#"
 gardener:
-  version: v1.136.2
+  version: v1.149.3
   runtimeCluster:
     enabled: true
     priorityClassName: gardener-garden-system-200
@@ -325,7 +325,7 @@ fn gardener_values_set_the_version_and_the_runtime_clusters_priority_class() {
     let objects = helm::template(RELEASE, NAMESPACE, &[gardenlet.as_path()]);
     let args = args(&objects);
     assert!(
-        args.contains(&"--gardener-version=v1.136.2".to_string()),
+        args.contains(&"--gardener-version=v1.149.3".to_string()),
         "{args:?}"
     );
     assert_binary_accepts(&args);

@@ -131,27 +131,6 @@ fn controller_deployment(file: &Path) -> ControllerDeployment {
     serde_json::from_value(doc).unwrap_or_else(|e| panic!("the ControllerDeployment: {e}"))
 }
 
-/// What gardenlet adds to a ControllerDeployment's values on a seed.
-const GARDENLET_VALUES: &str = r#"
-gardener:
-  version: v1.149.3
-  garden:
-    clusterIdentity: garden-local
-  gardenlet:
-    featureGates: {}
-  seed:
-    name: local
-    clusterIdentity: seed-local
-    provider: local
-    region: local
-    labels: {}
-    annotations: {}
-    spec:
-      provider:
-        type: local
-        region: local
-"#;
-
 #[tokio::test]
 async fn the_chart_pushed_to_the_registry_installs_into_the_seed_from_its_controller_deployment() {
     let env = Env::load();
@@ -234,7 +213,7 @@ async fn the_chart_pushed_to_the_registry_installs_into_the_seed_from_its_contro
     )
     .expect("writing values");
     let gardenlet_values = dir.path().join("gardenlet.yaml");
-    std::fs::write(&gardenlet_values, GARDENLET_VALUES).expect("writing values");
+    std::fs::write(&gardenlet_values, crate::chart::GARDENLET_VALUES).expect("writing values");
 
     let seed = client_from(&env.seed_kubeconfig).await;
     let namespace = create_namespace(&seed, &unique_name("extension-containerd-shim"), &[]).await;

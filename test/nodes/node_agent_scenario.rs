@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use kube::{Api, ResourceExt};
@@ -58,19 +58,7 @@ impl AgentScenario {
         };
         gardenlet.remove_other_managed_resources().await;
         let workloads = support::unique_name(test);
-        Api::<Namespace>::all(c.shoot.clone())
-            .create(
-                &PostParams::default(),
-                &Namespace {
-                    metadata: ObjectMeta {
-                        name: Some(workloads.clone()),
-                        ..Default::default()
-                    },
-                    ..Default::default()
-                },
-            )
-            .await
-            .expect("create the workload namespace");
+        crate::scenario::create_workload_namespace(&c.shoot, &workloads).await;
         AgentScenario {
             c,
             nodes,

@@ -85,19 +85,7 @@ impl Scenario {
             .await
             .expect("create the shoot access secret");
         let workloads = support::unique_name(test);
-        Api::<Namespace>::all(c.shoot.clone())
-            .create(
-                &PostParams::default(),
-                &Namespace {
-                    metadata: ObjectMeta {
-                        name: Some(workloads.clone()),
-                        ..Default::default()
-                    },
-                    ..Default::default()
-                },
-            )
-            .await
-            .expect("create the workload namespace");
+        create_workload_namespace(&c.shoot, &workloads).await;
         let extensions = Api::namespaced(c.seed.clone(), &namespace);
         Scenario {
             c,
@@ -516,6 +504,23 @@ impl Scenario {
         )
         .await
     }
+}
+
+/// Creates the namespace in the shoot that holds a test's workload pods.
+pub async fn create_workload_namespace(shoot: &kube::Client, name: &str) {
+    Api::<Namespace>::all(shoot.clone())
+        .create(
+            &PostParams::default(),
+            &Namespace {
+                metadata: ObjectMeta {
+                    name: Some(name.to_string()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("create the workload namespace");
 }
 
 /// Creates a pod of a test's new workload namespace. The namespace's default ServiceAccount
