@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use gardener_extension_containerd_shim::admission::server::{self as admission, AdmissionOptions};
+use gardener_extension_containerd_shim::gardener::runtime::options::{LogFormat, LogLevel};
 use gardener_extension_containerd_shim::gardener::runtime::{self, Manager, RuntimeOptions};
 use gardener_extension_containerd_shim::shim::controllers::{
     self, CONTROLLERS, CatalogOptions, ControllerOptions, SetupError,
@@ -92,31 +93,8 @@ fn render(args: RenderArgs) -> ExitCode {
 }
 
 fn run(args: RunArgs) -> ExitCode {
-    if let Err(e) = runtime::logging::init(args.runtime.log_level, args.runtime.log_format) {
-        eprintln!("{e}");
-        return ExitCode::FAILURE;
-    }
-    let tokio = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            tracing::error!(error = %e, "Failed to start the async runtime");
-            return ExitCode::FAILURE;
-        }
-    };
-    let result = tokio.block_on(serve(args));
-    // Tasks still blocked in the OS (a DNS lookup, a file read) must not delay the exit, in
-    // particular after a lost leadership.
-    tokio.shutdown_timeout(Duration::from_secs(1));
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!(error = %e, "Extension stopped with an error");
-            ExitCode::FAILURE
-        }
-    }
+    let logging = (args.runtime.log_level, args.runtime.log_format);
+    serve_until_done(logging, "Extension", serve(args))
 }
 
 async fn serve(args: RunArgs) -> Result<(), SetupError> {
@@ -126,7 +104,17 @@ async fn serve(args: RunArgs) -> Result<(), SetupError> {
 }
 
 fn run_admission(options: AdmissionOptions) -> ExitCode {
-    if let Err(e) = runtime::logging::init(options.log_level, options.log_format) {
+    let logging = (options.log_level, options.log_format);
+    serve_until_done(logging, "Admission", admission::run(options))
+}
+
+/// Starts logging and an async runtime, runs `work` to its end and exits with its outcome.
+fn serve_until_done<E: std::fmt::Display>(
+    (level, format): (LogLevel, LogFormat),
+    what: &str,
+    work: impl std::future::Future<Output = Result<(), E>>,
+) -> ExitCode {
+    if let Err(e) = runtime::logging::init(level, format) {
         eprintln!("{e}");
         return ExitCode::FAILURE;
     }
@@ -140,10 +128,14 @@ fn run_admission(options: AdmissionOptions) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match tokio.block_on(admission::run(options)) {
+    let result = tokio.block_on(work);
+    // Tasks still blocked in the OS (a DNS lookup, a file read) must not delay the exit, in
+    // particular after a lost leadership.
+    tokio.shutdown_timeout(Duration::from_secs(1));
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!(error = %e, "Admission stopped with an error");
+            tracing::error!(error = %e, "{what} stopped with an error");
             ExitCode::FAILURE
         }
     }

@@ -21,6 +21,7 @@ use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 
 use crate::gardener::api::Extension;
+use crate::gardener::extension::events::truncate;
 use crate::shim::identity::EVENT_REPORTER;
 
 /// The reason of both Events.
@@ -149,18 +150,6 @@ pub fn node_event(failure: &NodeFailure, now: Timestamp) -> Event {
         ..Default::default()
     });
     event
-}
-
-/// At most `limit` bytes, cut at a character boundary.
-fn truncate(s: &str, limit: usize) -> String {
-    if s.len() <= limit {
-        return s.to_string();
-    }
-    let mut end = limit;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s[..end].to_string()
 }
 
 #[cfg(test)]

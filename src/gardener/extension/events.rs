@@ -287,7 +287,7 @@ pub fn outcome_event(
 }
 
 /// At most `limit` bytes, cut at a character boundary.
-fn truncate(s: &str, limit: usize) -> String {
+pub(crate) fn truncate(s: &str, limit: usize) -> String {
     if s.len() <= limit {
         return s.to_string();
     }
