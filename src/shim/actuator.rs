@@ -36,6 +36,7 @@ use crate::shim::bundle_kinds;
 use crate::shim::config::Catalog;
 pub use crate::shim::error::ShimError;
 use crate::shim::identity::{MANAGED_RESOURCE, ORIGIN};
+use crate::shim::installer_rollout;
 use crate::shim::plan::Plan;
 use crate::shim::shoot_cleanup;
 
@@ -336,6 +337,24 @@ impl ShimActuator {
 }
 
 impl ShimActuator {
+    /// Why the shoot's installer DaemonSets have not finished their rollout, if they have not.
+    /// Without shoot access nothing can be told beyond the resource manager's conditions.
+    async fn installers_unsettled(
+        &self,
+        namespace: &str,
+        bundle: &[Manifest],
+    ) -> Result<Option<String>, ShimError> {
+        let Some(shoot) = self.shoot_clients.fresh(&self.client, namespace).await? else {
+            return Ok(None);
+        };
+        installer_rollout::first_unsettled(&shoot, bundle)
+            .await
+            .map_err(|source| ShimError::ShootRead {
+                namespace: namespace.to_string(),
+                source,
+            })
+    }
+
     /// Every node is clean: the desired-set ConfigMaps and the restart Leases go now, by name,
     /// rather than with gardener-resource-manager's collector (hours later) or never (the
     /// Leases are in no bundle). Without shoot access nothing is removed.
@@ -511,6 +530,29 @@ impl Actuator for ShimActuator {
             return Ok(
                 self.in_progress(format!("Uninstalling the shims from the nodes: {progress}"))
             );
+        }
+        // The resource manager's conditions turn good while the last node's installer may still
+        // be uninstalling; its DaemonSet says when every node is done.
+        match self.installers_unsettled(&namespace, &manifests).await {
+            Ok(None) => {}
+            Ok(Some(progress)) if expired => {
+                tracing::warn!(namespace = %namespace, waited = ?waited, progress = %progress, "nodes did not report clean in time; removing the bundle anyway");
+                return self
+                    .delete_bundle(
+                        &namespace,
+                        &format!("uninstall timed out after {waited:?}: {progress}"),
+                    )
+                    .await;
+            }
+            Ok(Some(progress)) => {
+                return Ok(
+                    self.in_progress(format!("Uninstalling the shims from the nodes: {progress}"))
+                );
+            }
+            Err(e) if expired => {
+                tracing::warn!(namespace = %namespace, waited = ?waited, error = %e, "cannot read the installers in the shoot; removing the bundle anyway");
+            }
+            Err(e) => return Err(e),
         }
         match self
             .hand_back_leftovers(&namespace, &current, &manifests)

@@ -31,6 +31,13 @@ pub enum ShimError {
         #[source]
         source: kube::Error,
     },
+    /// The installer DaemonSets in the shoot cannot be read.
+    #[error("cannot read the installer DaemonSets in the shoot of namespace {namespace}: {source}")]
+    ShootRead {
+        namespace: String,
+        #[source]
+        source: kube::Error,
+    },
     /// The shoot cannot be looked into for objects left behind.
     #[error(transparent)]
     ShootAccess(#[from] ShootClientError),

@@ -8,6 +8,7 @@ pub mod controllers;
 pub mod error;
 pub mod health;
 pub mod identity;
+pub mod installer_rollout;
 pub mod node_events;
 pub mod offline;
 pub mod osc;
