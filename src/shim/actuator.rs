@@ -355,6 +355,23 @@ impl ShimActuator {
             })
     }
 
+    /// The desired-set ConfigMaps of `bundle`, by name, in the shoot (those already gone are
+    /// fine). Without shoot access nothing is removed.
+    async fn remove_desired_sets(
+        &self,
+        namespace: &str,
+        bundle: &[Manifest],
+    ) -> Result<(), ShimError> {
+        let Some(shoot) = self.shoot_clients.fresh(&self.client, namespace).await? else {
+            return Ok(());
+        };
+        let objects: Vec<serde_json::Value> = bundle.iter().map(|m| m.value().clone()).collect();
+        let mut leftovers = shoot_cleanup::leftovers(&objects, &[]);
+        leftovers.leases.clear();
+        shoot_cleanup::delete(&shoot, &leftovers).await?;
+        Ok(())
+    }
+
     /// Every node is clean: the desired-set ConfigMaps and the restart Leases go now, by name,
     /// rather than with gardener-resource-manager's collector (hours later) or never (the
     /// Leases are in no bundle). Without shoot access nothing is removed.
@@ -466,6 +483,11 @@ impl Actuator for ShimActuator {
                 .await;
         }
         let Some(current) = self.managed_resource(&namespace).await? else {
+            // gardener-resource-manager may have applied the uninstall bundle once more after
+            // the clean-up below ran (a resync), and it leaves garbage-collectable ConfigMaps
+            // behind when the ManagedResource goes: the uninstall's desired sets go by name.
+            let uninstall = self.uninstall_manifests(ctx.extension, shoot)?;
+            self.remove_desired_sets(&namespace, &uninstall).await?;
             return Ok(Outcome::Done);
         };
         if current.metadata.deletion_timestamp.is_some() {

@@ -24,7 +24,7 @@ const CATALOG_VERSION: &str = "0.1.0";
 const SHIM_BINARY: &str = "containerd-shim-wasmtime-v1";
 
 fn wasmtime(version: &str) -> Value {
-    json!([{"name": "wasmtime", "version": version}])
+    json!([{"name": "wasmtime", "catalog": {"name": "wasmtime", "version": version}}])
 }
 
 /// The version directory `current/wasmtime` points at on a node (`<version>-<digest12>`).
