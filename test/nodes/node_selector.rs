@@ -3,6 +3,7 @@
 //! it is the same pod throughout (it watches its Node; no restart, no rollout).
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
@@ -49,12 +50,16 @@ async fn installer_pods(s: &Scenario) -> BTreeMap<String, (String, i32)> {
         .collect()
 }
 
-/// Waits until exactly the nodes in `labelled` carry crun's readiness label and have crun.
-async fn wait_crun_on(s: &Scenario, labelled: &[&str]) {
+/// Below the installer's check period (60 s): only its watch of the Node meets it.
+const PROMPT: Duration = Duration::from_secs(40);
+
+/// Waits (up to `within`) until exactly the nodes in `labelled` carry crun's readiness label
+/// and have crun.
+async fn wait_crun_on(s: &Scenario, labelled: &[&str], within: Duration) {
     let key = format!("{LABEL_PREFIX}crun");
     poll::until(
         &format!("crun verified on exactly {labelled:?}"),
-        NODE_TIMEOUT,
+        within,
         || async {
             let labels = s.node_labels().await;
             let ready: Vec<&str> = labels
@@ -88,11 +93,11 @@ async fn a_node_that_gains_or_loses_the_selected_label_converges_without_a_resta
                     "nodeSelector": {SELECTED: "yes"}}]))
         .await;
     s.wait_rolled_out().await;
-    wait_crun_on(&s, &[]).await;
+    wait_crun_on(&s, &[], NODE_TIMEOUT).await;
     let pods = installer_pods(&s).await;
 
     set_label(&s, node, Some("yes")).await;
-    wait_crun_on(&s, &[node.name.as_str()]).await;
+    wait_crun_on(&s, &[node.name.as_str()], PROMPT).await;
     let config = node.containerd_config();
     assert!(
         config
@@ -103,7 +108,7 @@ async fn a_node_that_gains_or_loses_the_selected_label_converges_without_a_resta
     );
 
     set_label(&s, node, None).await;
-    wait_crun_on(&s, &[]).await;
+    wait_crun_on(&s, &[], PROMPT).await;
     let config = node.containerd_config();
     assert!(
         !config
