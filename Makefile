@@ -5,7 +5,7 @@ SHELL := /usr/bin/env bash
 
 ## local: the playground: control plane, two real nodes, the controller installing crun on them and a pod under it (Ctrl-C stops all).
 local: tools
-	@echo "make local: the first run builds the control-plane components, containerd, the nodes' root file system and the images (tens of minutes on two cores, cached afterwards); later runs start in about a minute."
+	@echo "make local: the first run builds the control-plane components, containerd, the nodes' root file system and the images (tens of minutes on two cores, cached afterwards); later runs have a pod running in under two minutes."
 	cargo build --locked --bin gardener-extension-containerd-shim
 	hack/nodes/images.sh --without-wasm "$(CURDIR)/.local/playground-images"
 	@# The playground is make's own child (exec) in make's process group: Ctrl-C reaches it and

@@ -257,7 +257,7 @@ cat >&2 <<EOF
 
 Which runtime runs the container (the node's own state, entered with nsenter):
 
-  # crun lists the container; runc does not
+  # crun lists the container (and says it cannot read the state of the ones runc started); runc does not
   hack/control-plane.sh node-exec --dir $CONTROL_PLANE_DIR $demo_node -- \\
     /var/lib/containerd-shim-installer/current/$demo_class/bin/crun --root /run/containerd/runc/k8s.io list
   hack/control-plane.sh node-exec --dir $CONTROL_PLANE_DIR $demo_node -- runc --root /run/containerd/runc/k8s.io list

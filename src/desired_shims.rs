@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 /// The schema this build writes and the newest it reads.
-pub const SCHEMA: u32 = 1;
+pub const SCHEMA: u32 = 2;
 
 /// The oldest schema this build reads: the one before [`SCHEMA`] ("N-1"), or 1.
 pub const OLDEST_READ_SCHEMA: u32 = if SCHEMA > 1 { SCHEMA - 1 } else { 1 };
@@ -98,6 +98,9 @@ pub struct DesiredShims {
     pub schema: u32,
     /// Whether the installer installs the shims below or removes everything it ever installed.
     pub mode: Mode,
+    /// Who puts the shims on the node (schema 2; schema 1 documents mean [`Delivery::DaemonSet`]).
+    #[serde(default)]
+    pub delivery: Delivery,
     /// The shims, in a stable order (by name).
     #[serde(default)]
     pub shims: Vec<DesiredShim>,
@@ -111,6 +114,18 @@ pub struct DesiredShims {
 pub enum Mode {
     Install,
     Uninstall,
+}
+
+/// Who installs the shims' binaries and containerd entries on a node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Delivery {
+    /// The installer DaemonSet: it writes the files and the config, restarts containerd within
+    /// the restart budget, verifies, and labels the node.
+    #[default]
+    DaemonSet,
+    /// gardener-node-agent, from the worker pool's OperatingSystemConfig: the installer only
+    /// verifies what the agent applied and labels the node; it writes nothing on the host.
+    Osc,
 }
 
 /// Cluster-wide pacing of containerd restarts.
@@ -162,6 +177,17 @@ pub struct DesiredShim {
     /// shim; a node must match both this and `node_selector`. Empty selects every pool.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub worker_pools: Vec<String>,
+}
+
+/// gardener-node-agent creates this directory and puts it first on containerd's `PATH`; with
+/// `delivery: osc` each shim's files go below `<dir>/<shim name>/`.
+pub const NODE_AGENT_RUNTIMES_DIR: &str = "/var/bin/containerruntimes";
+
+/// The directory below which the extension's OperatingSystemConfig webhook has
+/// gardener-node-agent put the files of the shim `name` (ends in `/`). A runtime table of the
+/// shim's handler that points below it is the extension's own delivery, not someone else's.
+pub fn node_agent_shim_dir(name: &str) -> String {
+    format!("{NODE_AGENT_RUNTIMES_DIR}/{name}/")
 }
 
 /// Placeholder in option values and config files that the installer replaces with the host
@@ -269,6 +295,9 @@ impl DesiredShims {
         DesiredShims {
             schema: SCHEMA,
             mode: Mode::Uninstall,
+            // Whatever delivered the shims, the installer removes what it installed (nothing,
+            // where the node agent delivered them) and every readiness label.
+            delivery: Delivery::DaemonSet,
             shims: Vec::new(),
             rollout,
         }
@@ -297,17 +326,22 @@ impl DesiredShims {
 
     /// Parses the ConfigMap value, rejecting schemas outside
     /// [`OLDEST_READ_SCHEMA`]`..=`[`SCHEMA`] and unknown fields. A document of the schema before
-    /// this one is converted to this one's types (once there is such a schema, its decoder
-    /// lives beside this function).
+    /// this one is converted to this one's types.
     pub fn from_json(text: &str) -> Result<Self, DesiredShimsError> {
         let value: serde_json::Value =
             serde_json::from_str(text).map_err(DesiredShimsError::Json)?;
         let schema = value.get("schema").and_then(serde_json::Value::as_u64);
         match schema {
-            Some(s) if s == u64::from(SCHEMA) => {}
+            Some(s) if s == u64::from(SCHEMA) => serde_json::from_value(value),
+            // Schema 1 is schema 2 without `delivery`: every set was delivered by the DaemonSet.
+            Some(1) => serde_json::from_value::<DesiredShims>(value).map(|set| DesiredShims {
+                schema: SCHEMA,
+                delivery: Delivery::DaemonSet,
+                ..set
+            }),
             other => return Err(DesiredShimsError::Schema(other)),
         }
-        serde_json::from_value(value).map_err(DesiredShimsError::Json)
+        .map_err(DesiredShimsError::Json)
     }
 }
 
@@ -360,6 +394,7 @@ mod tests {
         let set = DesiredShims {
             schema: SCHEMA,
             mode: Mode::Install,
+            delivery: Delivery::DaemonSet,
             shims: vec![spin()],
             rollout: Rollout {
                 max_concurrent_restarts: 1,
@@ -373,12 +408,12 @@ mod tests {
     #[test]
     fn rejects_other_schemas_and_unknown_fields() {
         let err = DesiredShims::from_json(
-            r#"{"schema":2,"mode":"Install","rollout":{"maxConcurrentRestarts":1}}"#,
+            r#"{"schema":3,"mode":"Install","rollout":{"maxConcurrentRestarts":1}}"#,
         )
         .unwrap_err();
         assert!(
             err.to_string()
-                .contains("has schema 2; this installer reads schemas 1 to 1"),
+                .contains("has schema 3; this installer reads schemas 1 to 2"),
             "{err}"
         );
         let err = DesiredShims::from_json(r#"{"mode":"Install"}"#).unwrap_err();
@@ -403,6 +438,16 @@ mod tests {
             1,
             "uninstall.json",
             "44996a906d7db364472f3dc6dbfc12927a93f0817a3b3e8a3686ee91a9de4979",
+        ),
+        (
+            2,
+            "install.json",
+            "e3781a30e4b6cd041fc1c7ce2f37b145a5e314dcbd45612b550518d3a81ff044",
+        ),
+        (
+            2,
+            "uninstall.json",
+            "23a8fca3396793d34d6fb831a5d6f0b130fa11c9bfac7bd38721640c206ba426",
         ),
     ];
 
@@ -450,6 +495,7 @@ mod tests {
         DesiredShims {
             schema: SCHEMA,
             mode: Mode::Install,
+            delivery: Delivery::Osc,
             shims: vec![image, url],
             rollout: Rollout {
                 max_concurrent_restarts: 2,

@@ -5,7 +5,7 @@
 #
 #   hack/tools/build.sh            build everything
 #   hack/tools/build.sh --print    print the cache directory and exit
-#   hack/tools/build.sh kube etcd  build only some (kube etcd gardener crds containerd containerd17 helm containerd1
+#   hack/tools/build.sh kube etcd  build only some (kube kube129 etcd gardener crds containerd containerd17 helm containerd1
 #                                  crictl registry crane rootfs image-debs crun gvisor)
 #
 # A cold build takes tens of minutes on two cores; the Go build cache makes a rebuild fast. The
@@ -61,6 +61,17 @@ build_kube() {
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kube-scheduler \
     k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy
+}
+
+# Only the API server of 1.29, for the admission policies a 1.29 shoot gets.
+build_kube129() {
+  local minor="${KUBERNETES129_VERSION#v1.}"
+  minor="${minor%%.*}"
+  build_into "$KUBE129_DIR" kube129 "-s -w \
+    -X k8s.io/component-base/version.gitVersion=$KUBERNETES129_VERSION \
+    -X k8s.io/component-base/version.gitMajor=1 \
+    -X k8s.io/component-base/version.gitMinor=$minor" \
+    k8s.io/kubernetes/cmd/kube-apiserver
 }
 
 build_etcd() {
@@ -296,7 +307,7 @@ build_image_debs() {
   log "unpacked $IMAGE_PACKAGES into $IMAGE_DEBS_DIR/root"
 }
 
-all=(kube etcd gardener crds containerd containerd17 helm containerd1 crictl registry crane rootfs image-debs crun gvisor)
+all=(kube kube129 etcd gardener crds containerd containerd17 helm containerd1 crictl registry crane rootfs image-debs crun gvisor)
 selected=("$@")
 [[ ${#selected[@]} -gt 0 ]] || selected=("${all[@]}")
 mkdir -p "$TOOLS_CACHE"
@@ -304,6 +315,7 @@ start=$SECONDS
 for t in "${selected[@]}"; do
   case "$t" in
     kube) build_kube ;;
+    kube129) build_kube129 ;;
     etcd) build_etcd ;;
     gardener) build_gardener ;;
     crds) build_crds ;;

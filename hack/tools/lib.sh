@@ -2,6 +2,8 @@
 # the Makefile (through `hack/tools/paths.sh`), after versions.env.
 TOOLS_CACHE="${CONTAINERD_SHIM_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gardener-extension-containerd-shim/tools}"
 KUBE_DIR="$TOOLS_CACHE/kubernetes-$KUBERNETES_VERSION"
+# Only its kube-apiserver: the v1beta1 admission policies of 1.29 shoots.
+KUBE129_DIR="$TOOLS_CACHE/kubernetes-$KUBERNETES129_VERSION"
 ETCD_DIR="$TOOLS_CACHE/etcd-$ETCD_VERSION"
 # gardener-resource-manager, gardener-node-agent (the real nodes' unit) and gardener-apiserver
 # (the garden's API for Shoots), all from the one Gardener module version.

@@ -8,7 +8,8 @@
 //! - [`checks`], [`runtime_collisions`], [`field_paths`]: the checks, pure;
 //! - [`decision`]: create and update semantics, pure;
 //! - [`review`]: the `admission.k8s.io/v1` AdmissionReview in and out;
-//! - [`tls`], [`server`]: the HTTPS endpoint and its lifecycle.
+//! - [`server`]: the HTTPS endpoint (TLS from [`crate::gardener::webhook::tls`]) and its
+//!   lifecycle.
 
 pub mod checks;
 pub mod decision;
@@ -17,4 +18,3 @@ pub mod review;
 pub mod runtime_collisions;
 pub mod server;
 pub mod shoot_view;
-pub mod tls;

@@ -69,6 +69,12 @@ pub struct Response {
     pub status: Option<Status>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// A mutating webhook's change: `JSONPatch`.
+    #[serde(rename = "patchType", skip_serializing_if = "Option::is_none")]
+    pub patch_type: Option<&'static str>,
+    /// The JSON Patch, base64-encoded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub patch: Option<String>,
 }
 
 #[derive(Debug, PartialEq, Serialize)]
@@ -185,16 +191,18 @@ pub fn message(errors: &[FieldError]) -> String {
     }
 }
 
-fn allowed(uid: String, warnings: Vec<String>) -> Response {
+pub fn allowed(uid: String, warnings: Vec<String>) -> Response {
     Response {
         uid,
         allowed: true,
         status: None,
         warnings,
+        patch_type: None,
+        patch: None,
     }
 }
 
-fn denied(uid: String, code: u16, reason: &'static str, message: String) -> Response {
+pub fn denied(uid: String, code: u16, reason: &'static str, message: String) -> Response {
     Response {
         uid,
         allowed: false,
@@ -204,6 +212,8 @@ fn denied(uid: String, code: u16, reason: &'static str, message: String) -> Resp
             message,
         }),
         warnings: Vec::new(),
+        patch_type: None,
+        patch: None,
     }
 }
 

@@ -18,10 +18,12 @@ use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
 use super::review::{Outcome, answer};
-use super::tls::{CertFiles, ReloadingCert, TlsError, TlsListener, server_config};
 use crate::gardener::runtime::error::RuntimeError;
 use crate::gardener::runtime::http::bind;
 use crate::gardener::runtime::options::{BindAddress, LogFormat, LogLevel};
+use crate::gardener::webhook::tls::{
+    CertFiles, ReloadingCert, TlsError, TlsListener, server_config,
+};
 use crate::shim::config::Catalog;
 use crate::shim::controllers::{CatalogOptions, SetupError, load_catalog};
 

@@ -12,3 +12,4 @@ pub mod managed_resource;
 pub mod runtime;
 pub mod shoot_client;
 pub mod shoot_nodes;
+pub mod webhook;

@@ -16,7 +16,7 @@ use kube::Api;
 use kube::runtime::watcher;
 use tokio::sync::watch;
 
-use crate::desired_shims::{DesiredShims, Mode};
+use crate::desired_shims::{Delivery, DesiredShims, Mode};
 
 use super::cluster::Cluster;
 use super::converge::Installer;
@@ -111,7 +111,13 @@ pub async fn run_once<C: Cluster>(
                 return status;
             }
         };
-    let mut status = match installer.run(&desired).await {
+    // Shims the node agent delivers are only verified and labelled here; an uninstall is
+    // always the installer's own (it removes what it installed, if anything, and the labels).
+    let converged = match (desired.delivery, desired.mode) {
+        (Delivery::Osc, Mode::Install) => installer.follow(&desired).await,
+        _ => installer.run(&desired).await,
+    };
+    let mut status = match converged {
         Ok(outcome) => {
             tracing::info!(
                 ready = outcome.status.ready,

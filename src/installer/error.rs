@@ -99,6 +99,17 @@ pub enum InstallerError {
     },
 
     #[error(
+        "a new shim version failed verification and was swapped back; the earlier version \
+         serves again: {error}"
+    )]
+    SwappedBack {
+        /// The swaps (shim, version, the version it replaced) and why they failed. Text, because
+        /// an interrupted swap back records it in the state file and the next run finishes the
+        /// swap back with it.
+        error: String,
+    },
+
+    #[error(
         "containerd did not come back healthy: {verify}; after a restart: {restart} (the \
          configuration had not changed)"
     )]

@@ -10,7 +10,8 @@
 //! 2. stage missing versioned directories (fetched and verified all-or-nothing before);
 //! 3. if containerd's config must change: journal the change, swap symlinks, write the config,
 //!    validate it with `containerd config dump`, restart (holding a budget slot), verify;
-//!    otherwise swap symlinks (an upgrade needs no restart) and verify what is unverified;
+//!    otherwise journal where the symlinks point, swap them (an upgrade needs no restart) and
+//!    verify what is unverified: a version that fails verification is swapped back;
 //! 4. set readiness labels only now, after verification;
 //! 5. remove the stable symlinks of shims that are gone (containerd no longer refers to them);
 //! 6. collect garbage (old versions no running shim uses).
@@ -61,6 +62,9 @@ pub struct PlanInput {
     pub txn_validated: bool,
     /// A journaled change failed verification and its rollback must be finished.
     pub txn_rolling_back: bool,
+    /// The journaled change only switched symlinks (the config did not change): a verification
+    /// settles it, no restart.
+    pub txn_switches_only: bool,
     /// This desired set failed on this node before: do nothing but withdraw labels.
     pub failed: bool,
 }
@@ -72,6 +76,9 @@ pub enum Step {
     Stage(Vec<String>),
     /// Journal the config change before anything of it is written.
     BeginConfig,
+    /// Journal where the stable symlinks point before swapping them without a config change,
+    /// so that a version that fails verification is swapped back.
+    BeginSwaps,
     Swap {
         shim: String,
         dir: String,
@@ -178,7 +185,8 @@ fn labels_to_remove(input: &PlanInput, ours: &BTreeSet<&String>) -> Vec<String> 
 }
 
 /// The swaps of payload directories and what proves them: a containerd restart when the
-/// config changes (or a change is pending), else a verification of what is new or unverified.
+/// config changes (or a config change is pending), else a verification of what is new or
+/// unverified, after the swaps were journaled.
 fn install_steps(input: &PlanInput, steps: &mut Vec<Step>) {
     let swaps: Vec<Step> = input
         .shims
@@ -190,7 +198,7 @@ fn install_steps(input: &PlanInput, steps: &mut Vec<Step>) {
         })
         .collect();
 
-    let restarting = input.config_changed || input.txn_pending;
+    let restarting = input.config_changed || (input.txn_pending && !input.txn_switches_only);
     if restarting {
         if input.config_changed {
             steps.push(Step::BeginConfig);
@@ -212,6 +220,9 @@ fn install_steps(input: &PlanInput, steps: &mut Vec<Step>) {
             _ => None,
         })
         .collect();
+    if !swaps.is_empty() {
+        steps.push(Step::BeginSwaps);
+    }
     steps.extend(swaps);
     let unverified: Vec<String> = input
         .shims
@@ -219,7 +230,8 @@ fn install_steps(input: &PlanInput, steps: &mut Vec<Step>) {
         .filter(|s| !s.verified || swapped.contains(&s.name))
         .map(|s| s.name.clone())
         .collect();
-    if !unverified.is_empty() {
+    // A pending journal of switches is settled (kept or swapped back) by a verification.
+    if !unverified.is_empty() || input.txn_pending {
         steps.push(Step::Verify(unverified));
     }
 }
@@ -319,7 +331,7 @@ mod tests {
     }
 
     #[test]
-    fn an_upgrade_swaps_and_verifies_without_restart_keeping_the_label() {
+    fn an_upgrade_journals_swaps_and_verifies_without_restart_keeping_the_label() {
         let upgraded = ShimFacts {
             dir: "v2-bbbbbbbbbbbb".into(),
             staged: false,
@@ -327,14 +339,16 @@ mod tests {
             ..shim("spin")
         };
         let input = PlanInput {
-            shims: vec![upgraded],
+            shims: vec![upgraded.clone()],
             labels: BTreeMap::from([label("spin")]),
             ..PlanInput::default()
         };
+        // The swap is journaled first: a version that fails verification is swapped back.
         assert_eq!(
             plan(&input),
             [
                 Step::Stage(vec!["spin".into()]),
+                Step::BeginSwaps,
                 Step::Swap {
                     shim: "spin".into(),
                     dir: "v2-bbbbbbbbbbbb".into()
@@ -343,6 +357,30 @@ mod tests {
                 Step::CollectGarbage,
             ]
         );
+
+        // Interrupted after the swap: the journal of switches is settled by a verification,
+        // without a restart, and the label stays meanwhile.
+        let swapped = ShimFacts {
+            staged: true,
+            current: Some(upgraded.dir.clone()),
+            ..upgraded
+        };
+        let resumed = PlanInput {
+            shims: vec![swapped],
+            txn_pending: true,
+            txn_switches_only: true,
+            ..input.clone()
+        };
+        assert_eq!(
+            plan(&resumed),
+            [Step::Verify(vec!["spin".into()]), Step::CollectGarbage]
+        );
+        // Interrupted while swapping back: the rollback is finished, nothing else.
+        let rolling_back = PlanInput {
+            txn_rolling_back: true,
+            ..resumed
+        };
+        assert_eq!(plan(&rolling_back), [Step::FinishRollback]);
     }
 
     #[test]
@@ -486,7 +524,7 @@ mod tests {
     /// combination.
     #[test]
     fn invariants_over_all_fact_combinations() {
-        for bits in 0u32..(1 << 10) {
+        for bits in 0u32..(1 << 11) {
             let bit = |i: u32| bits & (1 << i) != 0;
             let facts = ShimFacts {
                 staged: bit(0),
@@ -506,6 +544,7 @@ mod tests {
                 txn_pending: bit(6),
                 txn_validated: bit(6) && bit(7),
                 txn_rolling_back: bit(6) && bit(8),
+                txn_switches_only: bit(6) && bit(10),
                 failed: bit(9),
                 gone: vec![],
             };
@@ -520,6 +559,7 @@ mod tests {
             let validate = position(&|s| matches!(s, Step::ValidateConfig));
             let stage = position(&|s| matches!(s, Step::Stage(_)));
             let swap = position(&|s| matches!(s, Step::Swap { .. }));
+            let journal = position(&|s| matches!(s, Step::BeginConfig | Step::BeginSwaps));
             let context = format!("{input:?} -> {steps:?}");
             if input.failed {
                 assert!(
@@ -555,12 +595,25 @@ mod tests {
                     "{context}"
                 );
             }
-            // A restart happens exactly when the config changes or a change is pending.
+            // A restart happens exactly when the config changes or a config change is pending;
+            // a pending journal of switches only is settled by a verification.
             assert_eq!(
                 restart.is_some(),
-                input.config_changed || input.txn_pending,
+                input.config_changed || (input.txn_pending && !input.txn_switches_only),
                 "{context}"
             );
+            if input.txn_pending && !input.config_changed && input.txn_switches_only {
+                assert!(verify.is_some(), "{context}");
+            }
+            // Every symlink switch is undoable: journaled before, or part of a pending journal,
+            // and proven by a verification or a restart afterwards.
+            if let Some(swap) = swap {
+                assert!(
+                    journal.is_some_and(|j| j < swap) || input.txn_pending,
+                    "{context}"
+                );
+                assert!(restart.or(verify).is_some_and(|v| v > swap), "{context}");
+            }
             // Binaries are in place before the symlink points at them and before any restart.
             if let (Some(stage), Some(swap)) = (stage, swap) {
                 assert!(stage < swap, "{context}");

@@ -3,9 +3,10 @@
 //! guessing from file contents.
 //!
 //! It is written atomically (temporary file, fsync, rename) before and after each step that
-//! changes the node. A config change is journaled *before* the first file is written (the
-//! [`ConfigTxn`]): it holds the bytes to restore, the symlinks to point back, and both ownership
-//! records, so a run that dies anywhere in the change can finish it or roll it back.
+//! changes the node. A config change, and a switch of a shim's symlink to another version, is
+//! journaled *before* the first file or symlink is changed (the [`ConfigTxn`]): it holds the
+//! bytes to restore, the symlinks to point back, and both ownership records, so a run that dies
+//! anywhere in the change, or whose change fails verification, can finish it or roll it back.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -205,6 +206,19 @@ impl State {
             && self.shims.is_empty()
             && self.config.is_none()
             && self.failure.is_none()
+    }
+}
+
+impl ConfigTxn {
+    /// Whether the journal holds nothing but symlink switches (a new version of a shim whose
+    /// configuration did not change): containerd reads nothing new, so proving the change needs
+    /// no restart, and undoing it is pointing the symlinks back. A config change always writes
+    /// or deletes a file, and journals its content first.
+    pub fn switches_only(&self) -> bool {
+        self.rollback.is_empty()
+            && self.created_dirs.is_empty()
+            && self.validation.is_none()
+            && self.ownership_before == self.ownership_after
     }
 }
 

@@ -38,7 +38,7 @@ pub use crate::shim::error::ShimError;
 use crate::shim::identity::{MANAGED_RESOURCE, ORIGIN};
 use crate::shim::installer_rollout;
 use crate::shim::plan::Plan;
-use crate::shim::shoot_cleanup;
+use crate::shim::{runtime_class_removal, shoot_cleanup};
 
 /// Settings of the actuator.
 #[derive(Clone, Debug)]
@@ -198,6 +198,21 @@ impl ShimActuator {
         )))
     }
 
+    /// The delete of a hibernated shoot's Extension. The shoot has no nodes to clean (hibernation
+    /// deletes its machines, and those of the wake-up start afresh), and its API server and
+    /// gardener-resource-manager are scaled to zero, so the ManagedResource's finalizer stays
+    /// until the wake-up. Waiting for it would hold gardenlet's reconcile of the hibernated shoot
+    /// (it waits for the Extension to go); instead the bundle's deletion is requested and the
+    /// Extension released: gardener-resource-manager removes the shoot's objects when it is
+    /// scaled up again. An Extension enabled again before then waits for that deletion to end
+    /// ([`Self::apply_install_bundle`]).
+    async fn delete_while_hibernated(&self, namespace: &str) -> Result<Outcome, ShimError> {
+        // Idempotent: a ManagedResource that is gone or already being deleted is left as it is.
+        managed_resource::delete(&self.client, namespace, MANAGED_RESOURCE).await?;
+        tracing::info!(namespace = %namespace, "shoot is hibernated; its bundle is removed from the shoot when it wakes up");
+        Ok(Outcome::Done)
+    }
+
     /// Validates and renders the install bundle and writes it, unless it would remove objects
     /// before gardener-resource-manager has recorded the current bundle.
     async fn apply_install_bundle(&self, ctx: &ActuatorContext<'_>) -> Result<Applied, ShimError> {
@@ -233,12 +248,31 @@ impl ShimActuator {
                 self.managed_resource(&namespace).await?
             }
         };
+        // The bundle of an earlier Extension, deleted while the shoot was hibernated: written
+        // into, it would be lost with it once gardener-resource-manager ends its deletion.
+        if let Some(current) = &current
+            && current.metadata.deletion_timestamp.is_some()
+        {
+            return Ok(Applied::Waiting(self.in_progress(format!(
+                "Waiting until the ManagedResource {MANAGED_RESOURCE} of the previous installation is deleted"
+            ))));
+        }
         if let Some(current) = &current
             && let Some(wait) = self
                 .wait_before_removing(&namespace, current, &manifests, &data)
                 .await?
         {
             return Ok(Applied::Waiting(wait));
+        }
+        if let Some(mr) = &current
+            && let Some(first) = self.removal_first_step(mr, &manifests, &data).await?
+        {
+            self.apply(&namespace, current, &self.packed.pack(&first)?)
+                .await?;
+            tracing::info!(namespace = %namespace, "shoot bundle applied with the dropped RuntimeClasses kept for one step");
+            return Ok(Applied::Waiting(self.in_progress(
+                "Removing shims: the installers first, the RuntimeClasses once gardener-resource-manager has applied them".to_string(),
+            )));
         }
         let written = self.apply(&namespace, current, &data).await?;
         tracing::info!(namespace = %namespace, written, "shoot bundle applied");
@@ -258,14 +292,7 @@ impl ShimActuator {
         let Err(behind) = catch_up::check(current) else {
             return Ok(None);
         };
-        let next_secret = next_data.secret_name(MANAGED_RESOURCE);
-        if current
-            .spec
-            .secret_refs
-            .iter()
-            .map(|s| &s.name)
-            .eq([&next_secret])
-        {
+        if refers_only_to(current, next_data) {
             return Ok(None);
         }
         let removing = match managed_resource::referenced_objects(&self.client, current).await? {
@@ -293,6 +320,39 @@ impl ShimActuator {
         Ok(Some(self.in_progress(format!(
             "Waiting before removing {removing} from the shoot: {behind}"
         ))))
+    }
+
+    /// The first step of writing `next` over `current` (recorded by gardener-resource-manager)
+    /// when `next` drops RuntimeClasses: `next` with them kept, which gardener-resource-manager
+    /// applies in one pass ([`runtime_class_removal`]); `None` when `next` is to be written as it
+    /// is. Reads the current bundle only when `next` differs from it.
+    async fn removal_first_step(
+        &self,
+        current: &ManagedResource,
+        next: &[Manifest],
+        next_data: &SecretData,
+    ) -> Result<Option<Vec<Manifest>>, ShimError> {
+        if current.metadata.deletion_timestamp.is_some() || refers_only_to(current, next_data) {
+            return Ok(None);
+        }
+        let Some(objects) = managed_resource::referenced_objects(&self.client, current).await?
+        else {
+            return Ok(None);
+        };
+        let next_objects: Vec<serde_json::Value> = next.iter().map(|m| m.value().clone()).collect();
+        match runtime_class_removal::step(&objects, &next_objects) {
+            runtime_class_removal::Step::Next => Ok(None),
+            runtime_class_removal::Step::KeepFirst(kept) => {
+                let mut first = next.to_vec();
+                for object in kept {
+                    first.push(Manifest::from_value(
+                        object,
+                        managed_resource::Scope::Cluster,
+                    )?);
+                }
+                Ok(Some(first))
+            }
+        }
     }
 
     /// The safety net: objects in the shoot that name our ManagedResource as their origin but
@@ -453,6 +513,17 @@ fn grm_wait(
     }
 }
 
+/// `current` already refers to exactly the bundle `next_data` packs: writing it changes nothing.
+fn refers_only_to(current: &ManagedResource, next_data: &SecretData) -> bool {
+    let next_secret = next_data.secret_name(MANAGED_RESOURCE);
+    current
+        .spec
+        .secret_refs
+        .iter()
+        .map(|s| &s.name)
+        .eq([&next_secret])
+}
+
 /// How long the Extension has been deleted.
 fn deleting_for(ext: &Extension) -> Duration {
     since(ext.metadata.deletion_timestamp.as_ref().map(|t| t.0))
@@ -481,6 +552,9 @@ impl Actuator for ShimActuator {
             return self
                 .delete_bundle(&namespace, "the shoot is being deleted")
                 .await;
+        }
+        if shoot.hibernation_enabled() {
+            return self.delete_while_hibernated(&namespace).await;
         }
         let Some(current) = self.managed_resource(&namespace).await? else {
             // gardener-resource-manager may have applied the uninstall bundle once more after
@@ -520,13 +594,13 @@ impl Actuator for ShimActuator {
             }
         }
         let manifests = self.uninstall_manifests(ctx.extension, shoot)?;
-        let written = self
-            .apply(
-                &namespace,
-                Some(current.clone()),
-                &self.packed.pack(&manifests)?,
-            )
-            .await?;
+        let data = self.packed.pack(&manifests)?;
+        // The installers switch to uninstall first; the RuntimeClasses go in the next step.
+        let data = match self.removal_first_step(&current, &manifests, &data).await? {
+            Some(first) => self.packed.pack(&first)?,
+            None => data,
+        };
+        let written = self.apply(&namespace, Some(current.clone()), &data).await?;
         let state = if written {
             Err(Unhealthy(
                 "the uninstall configuration was just applied".to_string(),

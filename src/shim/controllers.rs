@@ -25,9 +25,11 @@ use crate::gardener::runtime::{Manager, RuntimeError};
 use crate::shim::actuator::{ActuatorSettings, ShimActuator};
 use crate::shim::config::catalog::CatalogError;
 use crate::shim::config::custom_policy::{CustomShimPolicy, PolicyError};
+use crate::shim::config::types::DeliveryMode;
 use crate::shim::config::{Catalog, images};
 use crate::shim::health::VerifiedNodesCheck;
 use crate::shim::identity::{EVENT_REPORTER, EXTENSION_TYPE, MANAGED_RESOURCE, ORIGIN};
+use crate::shim::osc_webhook::{OSC_WEBHOOK, OscWebhookOptions, add_osc_webhook};
 
 /// Controller names for `--controllers` / `--disable-controllers`.
 pub const EXTENSION_CONTROLLER: &str = "extension";
@@ -37,6 +39,7 @@ pub const CONTROLLERS: &[&str] = &[
     EXTENSION_CONTROLLER,
     HEALTHCHECK_CONTROLLER,
     HEARTBEAT_CONTROLLER,
+    OSC_WEBHOOK,
 ];
 /// The User-Agent component of the shared caches' watches.
 pub const CACHE_COMPONENT: &str = "cache";
@@ -77,6 +80,21 @@ pub struct CatalogOptions {
     /// may take files from, comma-separated. Unset: any registry.
     #[arg(long, value_name = "REGISTRIES", value_delimiter = ',')]
     pub custom_shim_image_registries: Vec<String>,
+
+    /// How shims reach the nodes when a providerConfig names no `delivery`: `daemonset` (the
+    /// installer DaemonSet edits containerd's config) or `osc` (gardener-node-agent applies
+    /// them from the worker pools' OperatingSystemConfigs; needs the controller's
+    /// OperatingSystemConfig webhook).
+    #[arg(long, value_name = "MODE", default_value = "daemonset", value_parser = parse_delivery)]
+    pub default_delivery: DeliveryMode,
+}
+
+fn parse_delivery(value: &str) -> Result<DeliveryMode, String> {
+    match value {
+        "daemonset" => Ok(DeliveryMode::DaemonSet),
+        "osc" => Ok(DeliveryMode::Osc),
+        other => Err(format!("{other:?} is not a delivery; use daemonset or osc")),
+    }
 }
 
 /// The flags' defaults: the built-in catalog, custom shims from anywhere.
@@ -87,6 +105,7 @@ impl Default for CatalogOptions {
             allow_custom_shims: true,
             custom_shim_download_hosts: Vec::new(),
             custom_shim_image_registries: Vec::new(),
+            default_delivery: DeliveryMode::DaemonSet,
         }
     }
 }
@@ -100,6 +119,8 @@ pub struct ControllerOptions {
     pub healthcheck: HealthCheckOptions,
     #[command(flatten)]
     pub shim: ShimOptions,
+    #[command(flatten)]
+    pub osc_webhook: OscWebhookOptions,
 }
 
 /// Why the controllers could not be set up; every one stops the process at start-up.
@@ -117,6 +138,8 @@ pub enum SetupError {
     CustomShimPolicy(#[from] PolicyError),
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
+    #[error("OperatingSystemConfig webhook: {0}")]
+    OscWebhook(#[from] crate::shim::osc_webhook::OscWebhookError),
 }
 
 /// Loads the catalog (with the operator's overlay and custom-shim rules) and the image vector
@@ -140,6 +163,7 @@ pub fn load_catalog(options: &CatalogOptions) -> Result<Catalog, SetupError> {
         &options.custom_shim_download_hosts,
         &options.custom_shim_image_registries,
     )?;
+    catalog.default_delivery = options.default_delivery;
     Ok(catalog)
 }
 
@@ -180,6 +204,15 @@ pub fn add_controllers(
         reconciler_config,
         backlog.clone(),
     )?;
+    if manager.is_enabled(OSC_WEBHOOK) {
+        add_osc_webhook(
+            manager,
+            &options.osc_webhook,
+            catalog.clone(),
+            images.clone(),
+            caches.clone(),
+        )?;
+    }
     add_healthcheck_controller(manager, options, catalog, images, caches, backlog)
 }
 

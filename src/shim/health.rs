@@ -256,6 +256,8 @@ pub fn count(shims: &[DesiredShim], nodes: &[NodeView]) -> CheckResult {
             .iter()
             .filter(|node| selects(shim, &node.labels))
             .collect();
+        // A node where a new version of the shim failed and was swapped back keeps its label
+        // (the earlier version serves): it counts as failed, not verified, for this set.
         let verified = eligible
             .iter()
             .filter(|node| {
@@ -263,6 +265,7 @@ pub fn count(shims: &[DesiredShim], nodes: &[NodeView]) -> CheckResult {
                     .get(&ready_label(&shim.handler))
                     .map(String::as_str)
                     == Some(READY_LABEL_VALUE)
+                    && node.failure(&shim.name).is_none()
             })
             .count();
         let failed: Vec<String> = eligible
@@ -450,6 +453,24 @@ mod tests {
             CheckResult::Unsuccessful { detail, .. } => assert_eq!(
                 detail,
                 "crun: 1/2 nodes verified, 1 failed; spin: 1/2 nodes verified, 1 pending. \
+                 Failed: crun on node-1: containerd did not start the sandbox"
+            ),
+            other => panic!("{other:?}"),
+        }
+        // A node whose new version was swapped back keeps its label, and counts as failed.
+        let swapped_back = NodeView::from_metadata(
+            "node-1".into(),
+            node(
+                "a",
+                &[("containerd-shim.extensions.gardener.cloud/crun", "ready")],
+            )
+            .labels,
+            &annotations,
+        );
+        match count(&shims[..1], &[swapped_back, verified.clone()]) {
+            CheckResult::Unsuccessful { detail, .. } => assert_eq!(
+                detail,
+                "crun: 1/2 nodes verified, 1 failed. \
                  Failed: crun on node-1: containerd did not start the sandbox"
             ),
             other => panic!("{other:?}"),

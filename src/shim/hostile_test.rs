@@ -1,6 +1,7 @@
 //! Hostile providerConfigs through every step that reads one (see [`super::plan`]): reconcile
-//! and restore, delete, the health check and the offline renderer. Huge and negative numbers,
-//! long lists, deep nesting, megabyte strings and duplicate keys each end in a configuration
+//! and restore, delete, the health check, the offline renderer and the OperatingSystemConfig
+//! webhook. Huge and negative numbers, long lists, deep nesting, megabyte strings and duplicate
+//! keys each end in a configuration
 //! error or, on delete, in the safe defaults; never in a panic or an allocation that grows with
 //! the value. The memory bound is measured as the peak resident set of a child process that
 //! runs every case, under an address-space limit that turns a runaway allocation into a
@@ -408,8 +409,20 @@ fn drive(case: &Case, ext: &Extension, shoot: &Shoot, plan: Plan<'_>) {
         .unwrap_or_else(|e| panic!("{name}: delete must not fail on the providerConfig: {e}"));
     let health = plan.health(ext, shoot);
     let rendered = render_extension(ext, shoot, plan.catalog, plan.images);
+    let osc = crate::shim::osc::admit::wanted(
+        &crate::shim::osc::admit::Facts {
+            extension: Some(ext),
+            shoot: Ok(Some(shoot)),
+        },
+        &plan,
+    );
     match &case.expect {
         Expect::Invalid(needle) => {
+            let refused = osc.expect_err(name);
+            assert!(
+                refused.contains(needle),
+                "{name}: the OSC webhook: {refused:.300}"
+            );
             match &install {
                 Ok(_) => panic!("{name}: reconcile accepted it"),
                 Err(e) => check_config_error(name, e, needle),
@@ -430,6 +443,7 @@ fn drive(case: &Case, ext: &Extension, shoot: &Shoot, plan: Plan<'_>) {
             }
         }
         Expect::Valid { slots } => {
+            osc.unwrap_or_else(|e| panic!("{name}: the OSC webhook: {e}"));
             let manifests = install.unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(role_leases(&manifests), *slots, "{name}");
             assert!(uninstall.invalid_config.is_none(), "{name}");

@@ -12,8 +12,10 @@ pub mod installer_rollout;
 pub mod node_events;
 pub mod offline;
 pub mod osc;
+pub mod osc_webhook;
 pub mod plan;
 pub mod render;
+pub mod runtime_class_removal;
 pub mod shoot_cleanup;
 
 #[cfg(test)]

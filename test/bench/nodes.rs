@@ -3,13 +3,22 @@
 //! `--nodes containerd1,containerd2` (hack/bench.sh starts one of its own), driven the way the
 //! real-node tests of test/nodes drive them (their `Scenario`, reused as it is).
 //!
-//! Each repetition makes four changes of the desired set, from clean nodes back to clean nodes:
+//! Each repetition makes six changes of the desired set, from clean nodes back to clean nodes:
 //! install crun, add a second shim (`crun-b`, crun's payload under another handler), remove it
-//! again, and delete the Extension (which uninstalls everything). For every change and node:
+//! again with no pod of it left, add it once more, remove it while a pod of it runs on every
+//! node (each node's pod is deleted once that node's removal waits for it), and delete the
+//! Extension (which uninstalls everything). For every change and node:
 //!
 //! - **label**: from the change (the providerConfig patch followed by gardenlet's reconcile
 //!   request, or gardenlet's deletion) to the node's readiness label appearing (or going, for a
 //!   removal), seen by polling the Node objects every [`LABEL_POLL`];
+//! - **done**: for a removal, when the shim's files left the node (`current/crun-b`), for the
+//!   deletion when the installer's state directory did; for an addition, the label. The node's
+//!   own part: for the first node of the rollout from the controller's return (the bundle is
+//!   in the shoot) to its done, for the next from the previous node's done to its own;
+//! - **pod gone** (removal with running pods): from the change to the workload pod's deletion
+//!   (once the node's label is gone and its containerd restarted and answers: the removal then
+//!   waits for the pod only) and to the pod object gone, and from there to the files gone;
 //! - **CRI unavailable**: a probe runs inside each node for the whole change, calling
 //!   `crictl version` on containerd's socket in a loop; the longest span from the last
 //!   successful answer before a failed probe to the first successful answer after it, and the
@@ -44,10 +53,13 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::DeleteParams;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use scenario::{LABEL_PREFIX, NODE_TIMEOUT, Scenario, assert_clean};
+use scenario::{LABEL_PREFIX, NODE_TIMEOUT, STATE_DIR, Scenario, assert_clean};
 use support::bench::{env_or, machine, sh};
 use support::real_nodes::{RealNode, Restart, now_us};
 
@@ -79,13 +91,17 @@ enum Change {
     InstallCrun,
     AddSecondShim,
     RemoveSecondShim,
+    AddSecondShimAgain,
+    RemoveSecondShimWithPods,
     DeleteExtension,
 }
 
-const CHANGES: [Change; 4] = [
+const CHANGES: [Change; 6] = [
     Change::InstallCrun,
     Change::AddSecondShim,
     Change::RemoveSecondShim,
+    Change::AddSecondShimAgain,
+    Change::RemoveSecondShimWithPods,
     Change::DeleteExtension,
 ];
 
@@ -95,6 +111,8 @@ impl Change {
             Change::InstallCrun => "install crun",
             Change::AddSecondShim => "add crun-b",
             Change::RemoveSecondShim => "remove crun-b",
+            Change::AddSecondShimAgain => "add crun-b again",
+            Change::RemoveSecondShimWithPods => "remove crun-b, pods",
             Change::DeleteExtension => "delete Extension",
         }
     }
@@ -103,16 +121,30 @@ impl Change {
     fn label(self) -> (&'static str, bool) {
         match self {
             Change::InstallCrun => ("crun", true),
-            Change::AddSecondShim => ("crun-b", true),
-            Change::RemoveSecondShim => ("crun-b", false),
+            Change::AddSecondShim | Change::AddSecondShimAgain => ("crun-b", true),
+            Change::RemoveSecondShim | Change::RemoveSecondShimWithPods => ("crun-b", false),
             Change::DeleteExtension => ("crun", false),
+        }
+    }
+
+    /// What is gone from a node when the change is done there, beyond the label: the removed
+    /// shim's files, or everything of ours.
+    fn gone_path(self) -> Option<String> {
+        match self {
+            Change::RemoveSecondShim | Change::RemoveSecondShimWithPods => {
+                Some(format!("{STATE_DIR}/current/crun-b"))
+            }
+            Change::DeleteExtension => Some(STATE_DIR.to_string()),
+            _ => None,
         }
     }
 
     async fn make(self, s: &Scenario) {
         match self {
-            Change::InstallCrun | Change::RemoveSecondShim => s.apply(install::crun()).await,
-            Change::AddSecondShim => s.apply(crun_and_crun_b()).await,
+            Change::InstallCrun | Change::RemoveSecondShim | Change::RemoveSecondShimWithPods => {
+                s.apply(install::crun()).await
+            }
+            Change::AddSecondShim | Change::AddSecondShimAgain => s.apply(crun_and_crun_b()).await,
             Change::DeleteExtension => s.delete().await,
         }
     }
@@ -317,6 +349,15 @@ struct NodeFigures {
     /// From containerd's Started to the label, when the change adds a label: the installer's
     /// verification (CRI status and a pod sandbox per handler).
     verify_s: Option<f64>,
+    /// When the change was done on the node (see the module's documentation), from the change.
+    done_s: f64,
+    /// The node's own part of the change: for the first of the rollout from the controller's
+    /// return, for the next from the previous node's done.
+    own_s: f64,
+    /// A removal with running pods: when the node's workload pod was deleted and when it was
+    /// gone from the API, from the change.
+    pod_deleted_s: Option<f64>,
+    pod_gone_s: Option<f64>,
 }
 
 impl NodeFigures {
@@ -345,6 +386,11 @@ struct ChangeFigures {
 }
 
 impl ChangeFigures {
+    /// When the last node was done.
+    fn nodes_done_s(&self) -> f64 {
+        self.nodes.iter().map(|n| n.done_s).fold(0.0, f64::max)
+    }
+
     fn restarts_overlap(&self) -> bool {
         pairs(&self.nodes).any(|(a, b)| {
             a.restarts
@@ -394,7 +440,13 @@ impl ChangeFigures {
                 "installerPodReadySeconds": n.pod_ready_s,
                 "rolloutPosition": n.position,
                 "labelAfterStartedSeconds": n.verify_s,
+                "doneSeconds": n.done_s,
+                "ownSeconds": n.own_s,
+                "workloadPodDeletedSeconds": n.pod_deleted_s,
+                "workloadPodGoneSeconds": n.pod_gone_s,
+                "doneAfterWorkloadPodGoneSeconds": n.pod_gone_s.map(|g| n.done_s - g),
             })).collect::<Vec<_>>(),
+            "nodesDoneSeconds": self.nodes_done_s(),
         })
     }
 }
@@ -406,16 +458,59 @@ fn pairs(nodes: &[NodeFigures]) -> impl Iterator<Item = (&NodeFigures, &NodeFigu
         .flat_map(move |(i, a)| nodes[i + 1..].iter().map(move |b| (a, b)))
 }
 
-/// When each node's label `key` first showed the wanted state (there with value `ready`, or
-/// gone), in microseconds since the epoch.
-async fn label_times(
+/// Whether the node holds nothing at `path` any more (for the state directory: or only an
+/// empty one, as `assert_clean` accepts).
+fn gone(node: &RealNode, path: &str) -> bool {
+    !node.exists(path) || (path == STATE_DIR && node.tree(path).is_empty())
+}
+
+/// What [`watch`] saw, per node, in microseconds since the epoch.
+#[derive(Default)]
+struct Seen {
+    /// The label `key` in the wanted state (there with value `ready`, or gone).
+    label: BTreeMap<String, u64>,
+    /// The change's path gone from the node (when it has one).
+    gone: BTreeMap<String, u64>,
+    /// The node's workload pod deleted, and gone from the API.
+    pod_deleted: BTreeMap<String, u64>,
+    pod_gone: BTreeMap<String, u64>,
+}
+
+/// Whether a removal on the node is past its containerd restart (the label goes just before
+/// it) and containerd answers again: from then on the installer only waits for the pods. A pod
+/// deleted earlier meets the restart, and the kubelet's retry of the failed kill (about 10 s
+/// later) would be the figure.
+fn removal_waits(node: &RealNode, since_us: u64) -> bool {
+    !node.containerd_restarts(since_us).is_empty()
+        && node
+            .exec(&[
+                "crictl",
+                "--runtime-endpoint",
+                "unix:///run/containerd/containerd.sock",
+                "--timeout",
+                "1s",
+                "version",
+            ])
+            .status
+            .success()
+}
+
+/// Polls the Node objects (and the nodes' files) until every node shows the change's label
+/// state and, when it has one, its path gone. With `pods` (workload pods by node), each node's
+/// pod is deleted once that node's label is gone and the removal waits only for it (see
+/// [`removal_waits`]), and watched until it is gone too.
+async fn watch(
     s: &Scenario,
+    start_us: u64,
     nodes: &[RealNode],
     key: &str,
     present: bool,
-) -> BTreeMap<String, u64> {
+    gone_path: Option<&str>,
+    pods: &BTreeMap<String, String>,
+) -> Seen {
     let deadline = tokio::time::Instant::now() + NODE_TIMEOUT;
-    let mut seen = BTreeMap::new();
+    let workloads: Api<Pod> = Api::namespaced(s.c.shoot.clone(), &s.workloads);
+    let mut seen = Seen::default();
     loop {
         let labels = s.node_labels().await;
         let at = now_us();
@@ -425,15 +520,50 @@ async fn label_times(
                 .and_then(|l| l.get(key))
                 .is_some_and(|v| v == "ready");
             if ready == present {
-                seen.entry(node.name.clone()).or_insert(at);
+                seen.label.entry(node.name.clone()).or_insert(at);
+            }
+            if let Some(path) = gone_path
+                && !seen.gone.contains_key(&node.name)
+                && gone(node, path)
+            {
+                seen.gone.insert(node.name.clone(), now_us());
+            }
+            let Some(pod) = pods.get(&node.name) else {
+                continue;
+            };
+            if seen.label.contains_key(&node.name)
+                && !seen.pod_deleted.contains_key(&node.name)
+                && removal_waits(node, start_us)
+            {
+                let deleted = now_us();
+                workloads
+                    .delete(pod, &DeleteParams::default())
+                    .await
+                    .unwrap_or_else(|e| panic!("delete pod {pod}: {e}"));
+                seen.pod_deleted.insert(node.name.clone(), deleted);
+            }
+            if seen.pod_deleted.contains_key(&node.name)
+                && !seen.pod_gone.contains_key(&node.name)
+                && workloads
+                    .get_opt(pod)
+                    .await
+                    .unwrap_or_else(|e| panic!("get pod {pod}: {e}"))
+                    .is_none()
+            {
+                seen.pod_gone.insert(node.name.clone(), now_us());
             }
         }
-        if seen.len() == nodes.len() {
+        let done = seen.label.len() == nodes.len()
+            && (gone_path.is_none() || seen.gone.len() == nodes.len())
+            && seen.pod_gone.len() == pods.len();
+        if done {
             return seen;
         }
         if tokio::time::Instant::now() >= deadline {
             panic!(
-                "timed out after {NODE_TIMEOUT:?} waiting for {key} (present: {present}); seen: {seen:?}; labels: {labels:?}"
+                "timed out after {NODE_TIMEOUT:?} waiting for {key} (present: {present}) and {gone_path:?} gone; \
+                 label: {:?}; gone: {:?}; pods gone: {:?}; labels: {labels:?}",
+                seen.label, seen.gone, seen.pod_gone
             );
         }
         tokio::time::sleep(LABEL_POLL).await;
@@ -447,24 +577,45 @@ async fn measure(
     change: Change,
     interval: Duration,
 ) -> ChangeFigures {
+    // A pod of the shim to be removed on every node, running when the change starts.
+    let mut pods = BTreeMap::new();
+    if change == Change::RemoveSecondShimWithPods {
+        for node in nodes {
+            let pod = s.run_pod(node, Some("crun-b"), "sleep 3600").await;
+            pods.insert(node.name.clone(), pod);
+        }
+    }
     let probes: Vec<Probe> = nodes.iter().map(|n| Probe::start(n, interval)).collect();
     for probe in &probes {
         probe.wait_first_ok().await;
     }
     let (handler, present) = change.label();
     let key = format!("{LABEL_PREFIX}{handler}");
+    let gone_path = change.gone_path();
     let start_us = now_us();
-    let (labels, controller_us) = tokio::join!(label_times(s, nodes, &key, present), async {
-        change.make(s).await;
-        now_us()
-    });
+    let (seen, controller_us) = tokio::join!(
+        watch(
+            s,
+            start_us,
+            nodes,
+            &key,
+            present,
+            gone_path.as_deref(),
+            &pods
+        ),
+        async {
+            change.make(s).await;
+            now_us()
+        }
+    );
+    let labels = &seen.label;
     // The change is over on the nodes when the DaemonSet has rolled out everywhere (a deletion
     // waited for the uninstall already): no restart of it comes later.
-    let mut pods = Vec::new();
+    let mut installers = Vec::new();
     if change != Change::DeleteExtension {
         s.wait_rolled_out().await;
         let current = s.current_desired_sha256().await;
-        pods = s
+        installers = s
             .installer_pods()
             .await
             .into_iter()
@@ -481,7 +632,13 @@ async fn measure(
             .into_iter()
             .filter(|r| r.stopping_us < end_us)
             .collect();
-        let pod = pods.iter().find(|p| p.node == node.name);
+        let pod = installers.iter().find(|p| p.node == node.name);
+        let since = |at: Option<&u64>| at.map(|&us| (us as f64 - start_us as f64) / 1e6);
+        let done_us = seen
+            .gone
+            .get(&node.name)
+            .copied()
+            .unwrap_or(labels[&node.name]);
         figures.push(NodeFigures {
             node: node.name.clone(),
             containerd: node.containerd_major(),
@@ -495,14 +652,22 @@ async fn measure(
             pod_ready_s: pod.and_then(|p| p.ready_since).map(rel),
             position: 0,
             verify_s: None,
+            done_s: (done_us as f64 - start_us as f64) / 1e6,
+            own_s: 0.0,
+            pod_deleted_s: since(seen.pod_deleted.get(&node.name)),
+            pod_gone_s: since(seen.pod_gone.get(&node.name)),
         });
     }
     // A node that did not restart comes last rather than first.
     let first_restart = |n: &NodeFigures| n.restarts.first().map_or(u64::MAX, |r| r.stopping_us);
     let mut order: Vec<usize> = (0..figures.len()).collect();
     order.sort_by_key(|&i| (first_restart(&figures[i]), labels[&figures[i].node]));
+    let controller_s = (controller_us as f64 - start_us as f64) / 1e6;
+    let mut previous_done = None;
     for (position, &i) in order.iter().enumerate() {
         figures[i].position = position + 1;
+        figures[i].own_s = own_part(figures[i].done_s, previous_done, controller_s);
+        previous_done = Some(figures[i].done_s);
     }
     for n in figures.iter_mut().filter(|_| present) {
         let label_us = labels[&n.node];
@@ -515,20 +680,36 @@ async fn measure(
         repetition,
         change,
         start_us,
-        controller_s: (controller_us - start_us) as f64 / 1e6,
+        controller_s,
         nodes: figures,
+    }
+}
+
+/// A node's own part of a change, from when it is done: the first node of the rollout from
+/// when the controller returned (the bundle was in the shoot), the next from the previous
+/// node's done. A node done before that start (the deletion: the controller returns after the
+/// nodes) counts from the change.
+fn own_part(done_s: f64, previous_done_s: Option<f64>, controller_s: f64) -> f64 {
+    let from = previous_done_s.unwrap_or(controller_s);
+    if done_s >= from {
+        done_s - from
+    } else {
+        done_s
     }
 }
 
 fn header() {
     println!(
-        "{:>3}  {:<16} {:<8} {:>4} {:>7} {:>6} {:>9} {:>8} {:>10} {:>9} {:>10} {:>7} {:>9}  overlap",
+        "{:>3}  {:<19} {:<8} {:>4} {:>7} {:>6} {:>6} {:>6} {:>11} {:>9} {:>8} {:>10} {:>9} {:>10} {:>7} {:>9}  overlap",
         "rep",
         "change",
         "node",
         "ctrd",
         "label s",
+        "done s",
+        "own s",
         "ctrl s",
+        "pod del/gone",
         "pod c/r s",
         "restarts",
         "restart@ s",
@@ -568,13 +749,19 @@ fn print_change(c: &ChangeFigures) {
                 .unwrap_or_else(|| "-".into())
         };
         println!(
-            "{:>3}  {:<16} {:<8} {:>4} {:>7.2} {:>6.2} {:>9} {:>8} {:>10} {:>9} {:>10} {:>7} {:>9}  {}",
+            "{:>3}  {:<19} {:<8} {:>4} {:>7.2} {:>6.2} {:>6.2} {:>6.2} {:>11} {:>9} {:>8} {:>10} {:>9} {:>10} {:>7} {:>9}  {}",
             c.repetition,
             c.change.name(),
             n.node,
             format!("{}.x", n.containerd),
             n.label_s,
+            n.done_s,
+            n.own_s,
             c.controller_s,
+            match (n.pod_deleted_s, n.pod_gone_s) {
+                (Some(d), Some(g)) => format!("{d:.2}/{g:.2}"),
+                _ => "-".into(),
+            },
             format!("{}/{}", whole(n.pod_created_s), whole(n.pod_ready_s)),
             n.restarts.len(),
             if restart_at.is_empty() {
@@ -629,7 +816,7 @@ fn summary(results: &[ChangeFigures]) -> Value {
         ("rolloutPosition", |n: &NodeFigures| n.position),
     ] {
         println!(
-            "\n{:<16} {:>4} {:>20} {:>20} {:>20} {:>20} {:>9}",
+            "\n{:<19} {:>4} {:>20} {:>20} {:>20} {:>20} {:>20} {:>20} {:>20} {:>9}",
             "change",
             if grouping == "containerd" {
                 "ctrd"
@@ -637,6 +824,9 @@ fn summary(results: &[ChangeFigures]) -> Value {
                 "pos"
             },
             "label s",
+            "done s",
+            "own s",
+            "after pod gone s",
             "verify s",
             "CRI down s",
             "systemd s",
@@ -654,6 +844,12 @@ fn summary(results: &[ChangeFigures]) -> Value {
                     continue;
                 }
                 let label: Vec<f64> = rows.iter().map(|n| n.label_s).collect();
+                let done: Vec<f64> = rows.iter().map(|n| n.done_s).collect();
+                let own: Vec<f64> = rows.iter().map(|n| n.own_s).collect();
+                let after_pod: Vec<f64> = rows
+                    .iter()
+                    .filter_map(|n| n.pod_gone_s.map(|g| n.done_s - g))
+                    .collect();
                 let verify: Vec<f64> = rows.iter().filter_map(|n| n.verify_s).collect();
                 let down: Vec<f64> = rows
                     .iter()
@@ -667,10 +863,13 @@ fn summary(results: &[ChangeFigures]) -> Value {
                     format!("{group}")
                 };
                 println!(
-                    "{:<16} {:>4} {:>20} {:>20} {:>20} {:>20} {:>9}",
+                    "{:<19} {:>4} {:>20} {:>20} {:>20} {:>20} {:>20} {:>20} {:>20} {:>9}",
                     change.name(),
                     name,
                     range(&label),
+                    range(&done),
+                    range(&own),
+                    range(&after_pod),
                     range(&verify),
                     range(&down),
                     range(&systemd),
@@ -680,6 +879,9 @@ fn summary(results: &[ChangeFigures]) -> Value {
                     "change": change.name(),
                     grouping: group,
                     "labelSecondsMedian": median(label),
+                    "doneSecondsMedian": median(done),
+                    "ownSecondsMedian": median(own),
+                    "doneAfterWorkloadPodGoneSecondsMedian": median(after_pod),
                     "labelAfterStartedSecondsMedian": median(verify),
                     "criUnavailableObserved": down.len(),
                     "criUnavailableSecondsMedian": median(down),
@@ -688,6 +890,32 @@ fn summary(results: &[ChangeFigures]) -> Value {
                 }));
             }
         }
+    }
+    println!(
+        "\n{:<19} {:>20} {:>20} {:>20}",
+        "change", "controller s", "nodes done s", "controller - nodes s"
+    );
+    for change in CHANGES {
+        let of: Vec<&ChangeFigures> = results.iter().filter(|c| c.change == change).collect();
+        let controller: Vec<f64> = of.iter().map(|c| c.controller_s).collect();
+        let nodes: Vec<f64> = of.iter().map(|c| c.nodes_done_s()).collect();
+        let beyond: Vec<f64> = of
+            .iter()
+            .map(|c| c.controller_s - c.nodes_done_s())
+            .collect();
+        println!(
+            "{:<19} {:>20} {:>20} {:>20}",
+            change.name(),
+            range(&controller),
+            range(&nodes),
+            range(&beyond)
+        );
+        out.push(json!({
+            "change": change.name(),
+            "controllerSecondsMedian": median(controller),
+            "nodesDoneSecondsMedian": median(nodes),
+            "controllerBeyondNodesSecondsMedian": median(beyond),
+        }));
     }
     Value::Array(out)
 }

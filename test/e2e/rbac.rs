@@ -11,7 +11,9 @@ use std::path::Path;
 use gardener_extension_containerd_shim::gardener::api::{
     Cluster, ConditionStatus, Extension, ManagedResource,
 };
-use gardener_extension_containerd_shim::shim::identity::MANAGED_RESOURCE;
+use gardener_extension_containerd_shim::shim::identity::{COMPONENT, MANAGED_RESOURCE};
+use gardener_extension_containerd_shim::shim::osc_webhook::{CONFIGURATION, PATH};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
@@ -33,6 +35,8 @@ use helm::Grant;
 /// The identity `hack/control-plane.sh` gives the controller (SEED_CONTROLLER_KUBECONFIG).
 const CONTROLLER_USER: &str = "containerd-shim-controller";
 const EXTENSION: &str = "containerd-shim";
+/// The webhook's certificate Secret in the release namespace.
+const WEBHOOK_CERTS: &str = "gardener-extension-containerd-shim-webhook-certs";
 const GARBAGE_COLLECTABLE_LABEL: &str = "resources.gardener.cloud/garbage-collectable-reference";
 
 fn config(shims: Value) -> Value {
@@ -68,16 +72,67 @@ async fn the_charts_rbac_grants_exactly_what_the_controller_uses() {
         "the chart lets the controller read every Secret: {secret_reads:?}"
     );
     let rbac = bind_to_controller_user(&c.seed, &release_ns, &cluster_rules, &role_rules).await;
+    // The empty webhook configuration the chart owns, as Helm or gardener-resource-manager
+    // creates it: the controller may only patch it.
+    let configurations: Api<MutatingWebhookConfiguration> = Api::all(c.seed.clone());
+    let _ = configurations
+        .delete(CONFIGURATION, &DeleteParams::default())
+        .await;
+    configurations
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                helm::find(
+                    &rendered,
+                    "MutatingWebhookConfiguration",
+                    Some(CONFIGURATION),
+                )
+                .clone(),
+            )
+            .expect("the chart's MutatingWebhookConfiguration"),
+        )
+        .await
+        .expect("create the chart's MutatingWebhookConfiguration");
 
     let audit_start = audit_log_length(&c.env.seed_audit_log);
-    let mut controller = Replica::spawn(
+    // The chart's webhook flags; the port and the certificate directory are this test's.
+    let cert_dir = tempfile::tempdir().expect("temp dir");
+    let mut flags: Vec<String> = helm::find(&rendered, "Deployment", None)["spec"]["template"]
+        ["spec"]["containers"][0]["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(Value::as_str)
+        .filter(|a| a.starts_with("--webhook-"))
+        .map(|a| match a.split_once('=') {
+            Some(("--webhook-bind-address", _)) => format!(
+                "--webhook-bind-address=127.0.0.1:{}",
+                support::process::free_port()
+            ),
+            Some(("--webhook-cert-dir", _)) => {
+                format!("--webhook-cert-dir={}", cert_dir.path().display())
+            }
+            // Soon enough to see the controller replace a damaged certificate Secret.
+            Some(("--webhook-resync-period", _)) => "--webhook-resync-period=1s".to_string(),
+            _ => a.to_string(),
+        })
+        .collect();
+    assert!(
+        flags.len() >= 5,
+        "the chart passes no webhook flags: {flags:?}"
+    );
+    flags.push("--healthcheck-period=2s".to_string());
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut controller = Replica::spawn_with_env(
         "controller",
         &c.env.seed_controller_kubeconfig,
         &release_ns,
-        &["--healthcheck-period=2s"],
+        &flags,
+        &[("WEBHOOK_CONFIG_NAMESPACE", release_ns.as_str())],
     );
     controller.wait_ready().await;
 
+    webhook_registration(&c.seed, &release_ns).await;
     lifecycle(&c, &c.env.seed_audit_log, audit_start).await;
 
     // A graceful stop releases the leader-election Lease and ends the watches, so the audit
@@ -130,7 +185,8 @@ async fn the_charts_rbac_grants_exactly_what_the_controller_uses() {
             "extension",
             "healthcheck",
             "heartbeat",
-            "leader-election"
+            "leader-election",
+            "osc-webhook"
         ]),
         "the components seen in the User-Agents"
     );
@@ -167,7 +223,85 @@ async fn the_charts_rbac_grants_exactly_what_the_controller_uses() {
         show(&used)
     );
 
+    // Uninstalling removes the configuration with the release.
+    configurations
+        .delete(CONFIGURATION, &DeleteParams::default())
+        .await
+        .expect("delete the MutatingWebhookConfiguration");
     rbac.delete(&c.seed).await;
+}
+
+/// The controller fills in the chart's configuration with the Service and its own CA, keeps
+/// its certificate in the release namespace's Secret, and replaces that Secret when it is
+/// damaged (a new CA, registered again).
+async fn webhook_registration(seed: &Client, release_ns: &str) {
+    let configurations: Api<MutatingWebhookConfiguration> = Api::all(seed.clone());
+    let secrets: Api<Secret> = Api::namespaced(seed.clone(), release_ns);
+    let registered_ca = || async {
+        let config = configurations
+            .get(CONFIGURATION)
+            .await
+            .map_err(|e| e.to_string())?;
+        let webhook = config
+            .webhooks
+            .and_then(|w| w.into_iter().next())
+            .ok_or("no webhook yet")?;
+        let service = webhook.client_config.service.ok_or("no service")?;
+        assert_eq!(
+            (
+                service.namespace.as_str(),
+                service.name.as_str(),
+                service.port,
+                service.path.as_deref()
+            ),
+            (release_ns, COMPONENT, Some(443), Some(PATH))
+        );
+        let ca = webhook
+            .client_config
+            .ca_bundle
+            .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+            .unwrap_or_default();
+        let secret = secrets
+            .get(WEBHOOK_CERTS)
+            .await
+            .map_err(|e| e.to_string())?;
+        let stored = secret
+            .data
+            .and_then(|d| d.get("ca.crt").cloned())
+            .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+            .ok_or("no ca.crt in the Secret")?;
+        if ca.is_empty() || ca != stored {
+            return Err(format!("caBundle {ca:?} is not the Secret's CA {stored:?}"));
+        }
+        Ok::<String, String>(ca)
+    };
+    let first = poll::until(
+        "the webhook registered with the Secret's CA",
+        poll::DEFAULT_TIMEOUT,
+        registered_ca,
+    )
+    .await;
+    secrets
+        .patch(
+            WEBHOOK_CERTS,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"state.json": "bm90IGpzb24="}})),
+        )
+        .await
+        .expect("damage the certificate Secret");
+    poll::until(
+        "a new CA after the Secret was damaged",
+        poll::DEFAULT_TIMEOUT,
+        || async {
+            let ca = registered_ca().await?;
+            if ca == first {
+                Err("still the first CA".to_string())
+            } else {
+                Ok(())
+            }
+        },
+    )
+    .await;
 }
 
 /// The Extension's life as gardenlet drives it, arranged so that every code path that needs a

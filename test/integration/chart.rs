@@ -9,10 +9,13 @@ use std::process::Command;
 
 use gardener_extension_containerd_shim::gardener::imagevector::ImageVector;
 use gardener_extension_containerd_shim::shim::config::{Catalog, images};
+use gardener_extension_containerd_shim::shim::osc_webhook::CONFIGURATION;
 use serde_json::Value;
 
 #[path = "../support/helm.rs"]
 pub(crate) mod helm;
+
+use crate::support::{self, poll};
 
 const RELEASE: &str = "containerd-shim";
 const NAMESPACE: &str = "extension-containerd-shim-a1b2c";
@@ -148,16 +151,23 @@ fn default_values_render_a_complete_secure_deployment_without_gardener_values() 
             "ClusterRole/extensions.gardener.cloud:extension-containerd-shim",
             "ClusterRoleBinding/extensions.gardener.cloud:extension-containerd-shim",
             "Deployment/gardener-extension-containerd-shim",
+            "MutatingWebhookConfiguration/gardener-extension-containerd-shim-osc",
             "PodDisruptionBudget/gardener-extension-containerd-shim",
             "Role/gardener-extension-containerd-shim",
             "RoleBinding/gardener-extension-containerd-shim",
+            "Service/gardener-extension-containerd-shim",
             "Service/gardener-extension-containerd-shim-metrics",
             "ServiceAccount/gardener-extension-containerd-shim",
             "VerticalPodAutoscaler/gardener-extension-containerd-shim",
         ]
     );
     for object in &objects {
-        if object["kind"] != "ClusterRole" && object["kind"] != "ClusterRoleBinding" {
+        let cluster_scoped = [
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "MutatingWebhookConfiguration",
+        ];
+        if !cluster_scoped.iter().any(|k| object["kind"] == *k) {
             assert_eq!(object["metadata"]["namespace"], NAMESPACE, "{object}");
         }
     }
@@ -273,7 +283,8 @@ fn default_values_render_a_complete_secure_deployment_without_gardener_values() 
         names,
         BTreeSet::from([
             "containerd-shim-leader-election",
-            "gardener-extension-heartbeat"
+            "gardener-extension-heartbeat",
+            "gardener-extension-containerd-shim-webhook-certs",
         ])
     );
 }
@@ -290,7 +301,10 @@ fn assert_restricted(spec: &Value) {
     );
     for volume in spec["volumes"].as_array().into_iter().flatten() {
         assert!(
-            volume["configMap"].is_object() || volume["projected"].is_object(),
+            // Of the volume types the restricted standard allows, those the chart uses.
+            ["configMap", "projected", "emptyDir"]
+                .iter()
+                .any(|t| volume[*t].is_object()),
             "volume type not allowed: {volume}"
         );
     }
@@ -584,4 +598,391 @@ fn operations_doc_lists_every_flag_of_run() {
         unknown.is_empty(),
         "the Flags section of docs/operations.md names flags `run` does not have: {unknown:?}"
     );
+}
+
+/// The grants of `rules` on `resource`.
+fn grants_on(rules: &Value, resource: &str) -> BTreeSet<(String, String, String, String)> {
+    helm::named_grants(rules)
+        .into_iter()
+        .filter(|(_, r, _, _)| r == resource)
+        .collect()
+}
+
+fn grant(group: &str, resource: &str, verb: &str, names: &str) -> (String, String, String, String) {
+    (group.into(), resource.into(), verb.into(), names.into())
+}
+
+fn flag_value<'a>(args: &'a [String], flag: &str) -> &'a str {
+    args.iter()
+        .find_map(|a| a.strip_prefix(&format!("{flag}=")))
+        .unwrap_or_else(|| panic!("no {flag} in {args:?}"))
+}
+
+const CERTS_SECRET: &str = "gardener-extension-containerd-shim-webhook-certs";
+
+#[test]
+fn the_osc_webhook_gets_its_service_a_writable_cert_dir_and_rbac_on_its_own_objects_only() {
+    let objects = helm::template(RELEASE, NAMESPACE, &[]);
+    let args = args(&objects);
+    assert_binary_accepts(&args);
+    let c = container(&objects);
+
+    // The controller registers the Service the chart renders, in the pod's namespace.
+    assert_eq!(flag_value(&args, "--webhook-config-mode"), "service");
+    assert_eq!(flag_value(&args, "--webhook-config-service-name"), NAME);
+    let service = helm::find(&objects, "Service", Some(NAME));
+    let ports = service["spec"]["ports"].as_array().expect("ports");
+    assert_eq!(ports.len(), 1, "{ports:?}");
+    assert_eq!(
+        ports[0]["port"].to_string(),
+        flag_value(&args, "--webhook-config-service-port")
+    );
+    assert_eq!(ports[0]["port"], 443);
+    assert_eq!(ports[0]["targetPort"], "webhook");
+    assert_eq!(
+        &service["spec"]["selector"],
+        &deployment(&objects)["spec"]["selector"]["matchLabels"]
+    );
+    let webhook_port = c["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["name"] == "webhook")
+        .expect("a webhook container port");
+    assert_eq!(webhook_port["containerPort"], 10250);
+    assert_eq!(flag_value(&args, "--webhook-bind-address"), ":10250");
+    assert_eq!(flag_value(&args, "--webhook-resync-period"), "1h");
+    let namespace =
+        env_var(&objects, "WEBHOOK_CONFIG_NAMESPACE").expect("WEBHOOK_CONFIG_NAMESPACE");
+    assert_eq!(
+        namespace["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.namespace"
+    );
+    // The seed's API server reaches the webhook port, and only that one, through the
+    // NetworkPolicy gardener-resource-manager derives from the annotation.
+    let open: Value = serde_json::from_str(
+        service["metadata"]["annotations"]["networking.resources.gardener.cloud/from-world-to-ports"]
+            .as_str()
+            .expect("from-world-to-ports annotation"),
+    )
+    .expect("JSON ports");
+    assert_eq!(
+        open,
+        serde_json::json!([{"port": 10250, "protocol": "TCP"}])
+    );
+
+    // The certificate directory is a writable emptyDir (the root filesystem is read-only).
+    let cert_dir = flag_value(&args, "--webhook-cert-dir");
+    let mount = c["volumeMounts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|m| m["mountPath"] == cert_dir)
+        .unwrap_or_else(|| panic!("nothing mounted at {cert_dir}"));
+    assert_ne!(mount["readOnly"], true);
+    let volume = deployment(&objects)["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|v| v["name"] == mount["name"])
+        .expect("the cert dir's volume");
+    assert!(volume["emptyDir"].is_object(), "{volume}");
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+
+    // The configuration the chart owns: empty (the controller fills it in), and left alone by
+    // gardener-resource-manager after it created it.
+    let config = helm::find(
+        &objects,
+        "MutatingWebhookConfiguration",
+        Some(CONFIGURATION),
+    );
+    assert!(config.get("webhooks").is_none(), "{config}");
+    assert_eq!(
+        config["metadata"]["annotations"]["resources.gardener.cloud/ignore"],
+        "true"
+    );
+
+    // RBAC: the certificate Secret by name in the release namespace (create cannot be limited
+    // by name), the configuration by name and only patch, so it cannot come back after
+    // uninstalling.
+    let role = helm::find(&objects, "Role", Some(NAME));
+    assert_eq!(
+        grants_on(&role["rules"], "secrets"),
+        BTreeSet::from([
+            grant("", "secrets", "create", ""),
+            grant("", "secrets", "get", CERTS_SECRET),
+            grant("", "secrets", "update", CERTS_SECRET),
+        ])
+    );
+    let cluster_role = helm::find(&objects, "ClusterRole", None);
+    assert_eq!(
+        grants_on(&cluster_role["rules"], "mutatingwebhookconfigurations"),
+        BTreeSet::from([grant(
+            "admissionregistration.k8s.io",
+            "mutatingwebhookconfigurations",
+            "patch",
+            CONFIGURATION
+        )])
+    );
+    let admission: BTreeSet<_> = helm::named_grants(&cluster_role["rules"])
+        .into_iter()
+        .filter(|(g, _, _, _)| g == "admissionregistration.k8s.io")
+        .collect();
+    assert_eq!(admission.len(), 1, "{admission:?}");
+}
+
+#[test]
+fn webhook_disabled_renders_none_of_it_and_disables_the_controller() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for (disabled, expected) in [
+        ("[heartbeat]", "--disable-controllers=heartbeat,osc-webhook"),
+        ("[osc-webhook]", "--disable-controllers=osc-webhook"),
+    ] {
+        let values = values_file(
+            &dir,
+            "values.yaml",
+            &format!("webhook:\n  enabled: false\ndisableControllers: {disabled}\n"),
+        );
+        let objects = helm::template(RELEASE, NAMESPACE, &[values.as_path()]);
+        let args = args(&objects);
+        assert!(args.contains(&expected.to_string()), "{args:?}");
+        assert!(
+            !args.iter().any(|a| a.starts_with("--webhook-")),
+            "{args:?}"
+        );
+        assert_binary_accepts(&args);
+        assert!(env_var(&objects, "WEBHOOK_CONFIG_NAMESPACE").is_none());
+        let kinds = helm::kinds(&objects);
+        assert!(
+            !kinds
+                .iter()
+                .any(|k| k.starts_with("MutatingWebhookConfiguration/")
+                    || k == &format!("Service/{NAME}")),
+            "{kinds:?}"
+        );
+        let c = container(&objects);
+        assert!(
+            !c["ports"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|p| p["name"] == "webhook")
+        );
+        assert!(c.get("volumeMounts").is_none(), "{c}");
+        let role = helm::find(&objects, "Role", Some(NAME));
+        assert!(grants_on(&role["rules"], "secrets").is_empty());
+        let cluster_role = helm::find(&objects, "ClusterRole", None);
+        assert!(grants_on(&cluster_role["rules"], "mutatingwebhookconfigurations").is_empty());
+    }
+}
+
+/// A seed client acting as `user` (no groups besides `system:authenticated`).
+async fn seed_client_as(env: &support::Env, user: &str) -> kube::Client {
+    let mut kubeconfig =
+        kube::config::Kubeconfig::read_from(&env.seed_kubeconfig).expect("seed kubeconfig");
+    for named in &mut kubeconfig.auth_infos {
+        if let Some(auth) = named.auth_info.as_mut() {
+            auth.impersonate = Some(user.to_string());
+        }
+    }
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .expect("impersonating kubeconfig");
+    kube::Client::try_from(config).expect("impersonating client")
+}
+
+/// The chart's rule on the webhook configuration, on the real API server: the server-side
+/// apply the controller sends fills in the configuration the chart created, but cannot create
+/// it (an apply that creates is authorised as `create`), so a configuration that uninstalling
+/// deleted stays deleted. Names are this test's own, and the webhook selects a label no
+/// namespace carries, so that the configuration never reaches other tests' objects.
+#[tokio::test]
+async fn the_controller_may_fill_in_the_charts_webhook_configuration_but_not_create_it() {
+    use gardener_extension_containerd_shim::gardener::webhook::registration::Endpoint;
+    use gardener_extension_containerd_shim::shim::osc_webhook::{PATH, configuration};
+    use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    use kube::Api;
+    use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+
+    let c = support::Clusters::connect().await;
+    let objects = helm::template(RELEASE, NAMESPACE, &[]);
+    let name = support::unique_name("containerd-shim-osc");
+    let user = support::unique_name("chart-webhook-user");
+
+    // The chart's MutatingWebhookConfiguration rule, for this test's configuration only.
+    let rule = helm::find(&objects, "ClusterRole", None)["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .find(|r| r["resources"] == serde_json::json!(["mutatingwebhookconfigurations"]))
+        .expect("a rule on mutatingwebhookconfigurations")
+        .clone();
+    assert_eq!(rule["resourceNames"], serde_json::json!([CONFIGURATION]));
+    let mut rule = rule;
+    rule["resourceNames"] = serde_json::json!([name]);
+    let role: ClusterRole = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": user}, "rules": [rule],
+    }))
+    .expect("ClusterRole");
+    let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": user},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }))
+    .expect("ClusterRoleBinding");
+    let roles: Api<ClusterRole> = Api::all(c.seed.clone());
+    let bindings: Api<ClusterRoleBinding> = Api::all(c.seed.clone());
+    roles
+        .create(&PostParams::default(), &role)
+        .await
+        .expect("ClusterRole");
+    bindings
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("ClusterRoleBinding");
+
+    // The controller's own configuration (service mode, as the chart runs it), renamed.
+    let endpoint = Endpoint::Service {
+        namespace: NAMESPACE.into(),
+        name: NAME.into(),
+        port: 443,
+    };
+    let mut desired = configuration(
+        &endpoint,
+        "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+    );
+    desired.metadata.name = Some(name.clone());
+    for webhook in desired.webhooks.iter_mut().flatten() {
+        webhook.namespace_selector = Some(
+            serde_json::from_value(serde_json::json!({"matchLabels": {name.clone(): "true"}}))
+                .expect("selector"),
+        );
+    }
+    let as_controller: Api<MutatingWebhookConfiguration> =
+        Api::all(seed_client_as(&c.env, &user).await);
+    let admin: Api<MutatingWebhookConfiguration> = Api::all(c.seed.clone());
+    let apply = || {
+        let api = as_controller.clone();
+        let desired = desired.clone();
+        let name = name.clone();
+        async move {
+            api.patch(
+                &name,
+                &PatchParams::apply("gardener-extension-containerd-shim").force(),
+                &Patch::Apply(&desired),
+            )
+            .await
+        }
+    };
+    let refused_create = |result: Result<MutatingWebhookConfiguration, kube::Error>| match result {
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            assert!(
+                status.message.contains("cannot create resource"),
+                "{}",
+                status.message
+            );
+        }
+        other => panic!("an apply of a missing configuration was not refused: {other:?}"),
+    };
+
+    // Without the chart's object, the apply is an attempt to create it: refused. The rule is
+    // in effect once a patch of an existing object passes (below); poll until then so that a
+    // refusal here is not just RBAC not having seen the binding yet.
+    let mut skeleton: MutatingWebhookConfiguration = serde_json::from_value(
+        helm::find(
+            &objects,
+            "MutatingWebhookConfiguration",
+            Some(CONFIGURATION),
+        )
+        .clone(),
+    )
+    .expect("the chart's MutatingWebhookConfiguration");
+    skeleton.metadata.name = Some(name.clone());
+    poll::until(
+        "the chart's rule to take effect",
+        poll::DEFAULT_TIMEOUT,
+        || async {
+            admin
+                .create(&PostParams::default(), &skeleton)
+                .await
+                .map_err(|e| e.to_string())?;
+            let result = apply().await.map_err(|e| e.to_string());
+            admin
+                .delete(&name, &DeleteParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            gone(&admin, &name).await;
+            result
+        },
+    )
+    .await;
+    refused_create(apply().await);
+
+    // Helm (or gardener-resource-manager) creates the empty object; the apply fills it in and
+    // keeps the release's labels.
+    admin
+        .create(&PostParams::default(), &skeleton)
+        .await
+        .expect("the chart's configuration");
+    let applied = apply().await.expect("apply to the chart's configuration");
+    let webhook = &applied.webhooks.as_ref().expect("webhooks")[0];
+    let ca = webhook.client_config.ca_bundle.as_ref().expect("caBundle");
+    assert!(!ca.0.is_empty());
+    let service = webhook.client_config.service.as_ref().expect("service");
+    assert_eq!(
+        (
+            service.namespace.as_str(),
+            service.name.as_str(),
+            service.port,
+            service.path.as_deref()
+        ),
+        (NAMESPACE, NAME, Some(443), Some(PATH))
+    );
+    assert_eq!(webhook.failure_policy.as_deref(), Some("Fail"));
+    let labels = applied.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(
+        labels.get("app.kubernetes.io/instance").map(String::as_str),
+        Some(RELEASE),
+        "{labels:?}"
+    );
+    apply().await.expect("a second apply (the resync)");
+
+    // Uninstalling deletes it; the controller cannot bring it back.
+    admin
+        .delete(&name, &DeleteParams::default())
+        .await
+        .expect("delete");
+    gone(&admin, &name).await;
+    refused_create(apply().await);
+
+    bindings
+        .delete(&user, &DeleteParams::default())
+        .await
+        .expect("delete ClusterRoleBinding");
+    roles
+        .delete(&user, &DeleteParams::default())
+        .await
+        .expect("delete ClusterRole");
+}
+
+async fn gone<K>(api: &kube::Api<K>, name: &str)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    poll::until(
+        &format!("{name} to be gone"),
+        poll::DEFAULT_TIMEOUT,
+        || async {
+            match api.get_opt(name).await {
+                Ok(None) => Ok(()),
+                Ok(Some(_)) => Err("still there".to_string()),
+                Err(e) => Err(e.to_string()),
+            }
+        },
+    )
+    .await
 }

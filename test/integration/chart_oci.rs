@@ -204,8 +204,14 @@ async fn the_chart_pushed_to_the_registry_installs_into_the_seed_from_its_contro
     );
     std::fs::write(&chart, &blob.stdout).expect("writing the chart");
 
-    // The operator's values in the ControllerDeployment: the test seed has no VPA CRDs.
-    deployment.helm.values = Some(serde_json::json!({"vpa": {"enabled": false}}));
+    // The operator's values in the ControllerDeployment: the test seed has no VPA CRDs, and the
+    // webhook's cluster-wide MutatingWebhookConfiguration has one fixed name, which
+    // osc_webhook.rs registers in the same seed at the same time (chart.rs creates the chart's
+    // configuration in the API server under a name of its own).
+    deployment.helm.values = Some(serde_json::json!({
+        "vpa": {"enabled": false},
+        "webhook": {"enabled": false},
+    }));
     let operator_values = dir.path().join("operator.yaml");
     std::fs::write(
         &operator_values,

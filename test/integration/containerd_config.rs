@@ -422,6 +422,7 @@ fn runtimes() -> Vec<RuntimeEntry> {
             pod_annotations: vec![],
             privileged_without_host_devices: false,
             options: BTreeMap::from([("SystemdCgroup".into(), OptionValue::Bool(true))]),
+            node_agent_dir: None,
         },
         RuntimeEntry {
             handler: "kata-qemu".into(),
@@ -437,6 +438,7 @@ fn runtimes() -> Vec<RuntimeEntry> {
                 ),
                 ("IoUid".into(), OptionValue::Int(0)),
             ]),
+            node_agent_dir: None,
         },
         // An OCI runtime for containerd's own runc shim: our path is `options.BinaryName`.
         RuntimeEntry {
@@ -447,6 +449,7 @@ fn runtimes() -> Vec<RuntimeEntry> {
             pod_annotations: vec![],
             privileged_without_host_devices: false,
             options: BTreeMap::from([("SystemdCgroup".into(), OptionValue::Bool(true))]),
+            node_agent_dir: None,
         },
     ]
 }

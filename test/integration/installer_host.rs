@@ -519,6 +519,25 @@ async fn a_kill_between_any_two_steps_is_completed_by_the_next_run() {
             kills >= 5,
             "major {major}: only {kills} kill points in an upgrade"
         );
+
+        // An upgrade alone: a journaled swap, no config change.
+        let installed = desired(vec![spin("v0.22.0")]);
+        let kills = crash_everywhere(
+            major,
+            &move |node| {
+                Box::pin(installed_then_staged(
+                    node,
+                    installed.clone(),
+                    Some(spin("v0.23.0")),
+                ))
+            },
+            desired(vec![spin("v0.23.0")]),
+        )
+        .await;
+        assert!(
+            kills >= 3,
+            "major {major}: only {kills} kill points in a version swap"
+        );
     }
 }
 
@@ -683,6 +702,76 @@ async fn a_restart_that_fails_verification_is_rolled_back() {
         assert!(outcome.status.ready, "{:?}", outcome.status);
         assert_eq!(node.host.restarts(), 3);
         assert!(node.cluster.labels().contains_key(&ready_label("spin")));
+    }
+}
+
+#[tokio::test]
+async fn a_new_version_that_fails_verification_is_swapped_back_and_the_old_one_keeps_serving() {
+    for major in [1, 2] {
+        let mut node = TestNode::new(major, Some(&corpus("v2-gardener.toml")));
+        let v1 = spin("v0.22.0");
+        node.stage_shim(&v1);
+        node.installer
+            .run(&desired(vec![v1.clone()]))
+            .await
+            .unwrap();
+        let old_dir = node.current("spin").unwrap();
+        let config = node.read(CONFIG);
+        let label = ready_label("spin");
+        assert!(node.cluster.labels().contains_key(&label));
+
+        // The new version's pod sandbox does not start; the old one's does again.
+        let v2 = spin("v0.23.0");
+        node.stage_shim(&v2);
+        node.host.script_verifications([
+            ScriptedOutcome::Fail("handler spin: the pod sandbox did not start".into()),
+            ScriptedOutcome::Succeed,
+        ]);
+        let want = desired(vec![v2.clone()]);
+        let err = node.installer.run(&want).await.unwrap_err();
+        assert!(matches!(err, InstallerError::SwappedBack { .. }), "{err}");
+        let err = err.to_string();
+        assert!(
+            err.contains("shim spin version v0.23.0-")
+                && err.contains(&format!(
+                    "swapped back to {}",
+                    old_dir.file_name().unwrap().to_string_lossy()
+                ))
+                && err.contains("the pod sandbox did not start"),
+            "{err}"
+        );
+        assert_eq!(node.current("spin").unwrap(), old_dir, "major {major}");
+        assert_eq!(
+            std::fs::read(node.path(SPIN_PATH)).unwrap(),
+            binary_content(&v1, "containerd-shim-spin-v2")
+        );
+        assert_eq!(node.read(CONFIG), config);
+        assert_eq!(node.host.restarts(), 1, "only the install restarted");
+        assert!(node.cluster.labels().contains_key(&label), "still served");
+        let state = node.state().unwrap();
+        assert_eq!(state["shims"]["spin"]["phase"], "Failed", "{state:#}");
+        assert!(state.get("config").is_none(), "{state:#}");
+
+        // The same set is not retried; the node reports it by shim, with the version, and
+        // keeps the label.
+        let outcome = node.installer.run(&want).await.unwrap();
+        assert!(!outcome.status.ready);
+        let failures = outcome.status.failures();
+        assert!(
+            failures["spin"].contains("shim spin version v0.23.0-"),
+            "{failures:?}"
+        );
+        assert!(node.cluster.labels().contains_key(&label));
+        assert_eq!(node.current("spin").unwrap(), old_dir);
+
+        // A version that runs converges, without a restart.
+        let v3 = spin("v0.23.1");
+        node.stage_shim(&v3);
+        let outcome = node.installer.run(&desired(vec![v3])).await.unwrap();
+        assert!(outcome.status.ready, "{:?}", outcome.status);
+        assert!(!outcome.restarted);
+        assert_ne!(node.current("spin").unwrap(), old_dir);
+        assert!(node.cluster.labels().contains_key(&label));
     }
 }
 

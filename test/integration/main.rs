@@ -8,6 +8,7 @@
 mod support;
 
 mod admission_chart;
+mod admission_policies_1_29;
 mod admission_server;
 mod chart;
 mod chart_oci;
@@ -21,7 +22,9 @@ mod harness;
 mod healthcheck_backlog;
 mod installer_budget;
 mod installer_download;
+mod installer_handover;
 mod installer_host;
+mod osc_webhook;
 mod release;
 mod request_budget;
 mod shim_force_delete;

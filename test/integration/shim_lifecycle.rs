@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use gardener_extension_containerd_shim::desired_shims::{DesiredShims, Mode};
 use gardener_extension_containerd_shim::gardener::api::{
     Cluster, ErrorCode, Extension, ManagedResource, OperationState, OperationType,
@@ -20,13 +21,13 @@ use gardener_extension_containerd_shim::shim::identity::{MANAGED_RESOURCE, ORIGI
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::node::v1::RuntimeClass;
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, MutexGuard};
 
 use crate::support::controller::{self, RunningController};
-use crate::support::{self, gardenlet, nodes, objects, poll, shoot};
+use crate::support::{self, bundles, gardenlet, impersonation, nodes, objects, poll, shoot};
 
 pub(crate) static SHOOT: Mutex<()> = Mutex::const_new(());
 
@@ -341,6 +342,99 @@ async fn a_config_change_rolls_out_and_a_removed_shim_loses_its_runtime_class() 
     );
 }
 
+/// gardener-resource-manager deletes what a new bundle drops first and, when it deleted
+/// anything, applies the rest only in a pass 5 s later. A removal must reach the installer
+/// DaemonSet before the RuntimeClass goes: the bundle is written in two steps, the installers
+/// first. The order is read from the shoot's own record: the resourceVersion of the DaemonSet's
+/// change and that of the RuntimeClass's deletion (one API server on one etcd: its revisions).
+#[tokio::test]
+async fn a_removal_reaches_the_installers_before_the_runtime_class_goes() {
+    let f = Fixture::default("shim-removal-order").await;
+    f.create(config(json!([{"name": "spin"}, {"name": "wasmtime"}])))
+        .await;
+    f.ready(None).await;
+    f.wait_runtime_class("wasmtime", true).await;
+    // The install is recorded: the removal is written at once, not after a catch-up wait.
+    poll::until(
+        "gardener-resource-manager to record the install",
+        poll::DEFAULT_TIMEOUT,
+        || async {
+            let mr = f.managed_resource().await.ok_or("no ManagedResource")?;
+            managed_resource::catch_up::check(&mr).map_err(|behind| behind.to_string())
+        },
+    )
+    .await;
+    let installed = f.daemon_set().await.expect("the installer DaemonSet");
+    let from = installed.resource_version().expect("resourceVersion");
+    let installed_template = installed.spec.clone().map(|s| s.template);
+
+    let ts = f.set_config(config(json!([{"name": "spin"}]))).await;
+    f.ready(Some(&ts)).await;
+
+    let daemon_sets = Api::<DaemonSet>::namespaced(f.shoot.clone(), "kube-system");
+    let mut changes = daemon_sets
+        .watch(
+            &WatchParams::default().fields(&format!("metadata.name={INSTALLER}")),
+            &from,
+        )
+        .await
+        .expect("watch the installer DaemonSet")
+        .boxed();
+    let changed_at = tokio::time::timeout(poll::DEFAULT_TIMEOUT, async {
+        while let Some(event) = changes.next().await {
+            if let WatchEvent::Modified(ds) = event.expect("watch event")
+                && ds.spec.clone().map(|s| s.template) != installed_template
+            {
+                return ds.resource_version();
+            }
+        }
+        None
+    })
+    .await
+    .expect("the installer DaemonSet changed in time")
+    .expect("a resourceVersion of the change");
+
+    let runtime_classes = Api::<RuntimeClass>::all(f.shoot.clone());
+    let mut deletions = runtime_classes
+        .watch(
+            &WatchParams::default().fields("metadata.name=wasmtime"),
+            &from,
+        )
+        .await
+        .expect("watch the RuntimeClass")
+        .boxed();
+    let deleted_at = tokio::time::timeout(poll::DEFAULT_TIMEOUT, async {
+        while let Some(event) = deletions.next().await {
+            if let WatchEvent::Deleted(rc) = event.expect("watch event") {
+                return rc.resource_version();
+            }
+        }
+        None
+    })
+    .await
+    .expect("the RuntimeClass was deleted in time")
+    .expect("a resourceVersion of the deletion");
+
+    let revision = |rv: &str| rv.parse::<u64>().expect("an etcd revision");
+    assert!(
+        revision(&changed_at) < revision(&deleted_at),
+        "the installers changed at revision {changed_at}, after the RuntimeClass went at {deleted_at}"
+    );
+    assert!(f.runtime_class("wasmtime-spin-v2").await.is_some());
+    let desired = f
+        .shoot_desired()
+        .await
+        .expect("the DaemonSet's desired set");
+    assert_eq!(
+        desired
+            .shims
+            .iter()
+            .map(|s| s.name.as_str())
+            .collect::<Vec<_>>(),
+        ["spin"]
+    );
+}
+
 #[tokio::test]
 async fn a_bad_config_is_a_configuration_problem_and_keeps_the_bundle() {
     let f = Fixture::default("shim-bad").await;
@@ -584,15 +678,113 @@ async fn a_hibernated_shoot_gets_no_rollout() {
     assert!(f.runtime_class("wasmtime").await.is_none());
 }
 
-#[tokio::test]
-async fn a_deleted_shoot_skips_the_uninstall() {
-    let f = Fixture::default("shim-shoot-deleted").await;
+/// spin installed on one simulated node that from then on never reports clean: only a delete
+/// that skips the uninstall can finish.
+async fn installed_on_a_node_that_never_reports_clean(test: &str) -> (Fixture, nodes::Simulator) {
+    let f = Fixture::default(test).await;
     nodes::create_nodes(&f.shoot, &[support::unique_name("node")], "worker-a").await;
     let sim = nodes::start(f.shoot.clone(), "kube-system", INSTALLER_SELECTOR);
     f.create(config(json!([{"name": "spin"}]))).await;
     f.ready(None).await;
-    // Nodes that would never report clean: only skipping the uninstall lets the delete finish.
     sim.ready.store(false, std::sync::atomic::Ordering::SeqCst);
+    (f, sim)
+}
+
+/// Deleted while the shoot is hibernated: no nodes to clean, and the shoot's
+/// gardener-resource-manager scaled to zero (its finalizer holds the ManagedResource). The
+/// Extension goes at once without an uninstall; the bundle's objects go when the shoot wakes up;
+/// an Extension enabled again in between waits for that before it writes its bundle.
+#[tokio::test]
+async fn deleting_while_hibernated_releases_the_extension_and_leaves_the_bundle_to_the_wake_up() {
+    let (f, sim) = installed_on_a_node_that_never_reports_clean("shim-hibernated-delete").await;
+    bundles::put_resource_manager_to_sleep(&f.seed, &f.ns, MANAGED_RESOURCE).await;
+    let mut shoot_json = objects::shoot("shim-hibernated-delete");
+    shoot_json["spec"]["hibernation"] = json!({"enabled": true});
+    shoot::patch_cluster_shoot(&f.seed, &f.ns, &shoot_json).await;
+    shoot::wait_cached(&f._controller.caches, &f.ns, "the hibernation", |s| {
+        s.hibernation_enabled()
+    })
+    .await;
+
+    gardenlet::delete(&f.api, "containerd-shim").await;
+    f.gone().await;
+    let left = f
+        .managed_resource()
+        .await
+        .expect("the bundle waits for the wake-up");
+    assert!(
+        left.metadata.deletion_timestamp.is_some(),
+        "its deletion is requested"
+    );
+    assert_ne!(
+        f.shoot_desired().await.map(|d| d.mode),
+        Some(Mode::Uninstall),
+        "no uninstall was rendered"
+    );
+
+    // Enabled again before the wake-up: nothing is written while hibernated, and at the wake-up
+    // the new bundle waits for the old one's deletion to end.
+    f.create(config(json!([{"name": "spin"}]))).await;
+    f.ready(None).await;
+    shoot_json["spec"]["hibernation"] = json!({"enabled": false});
+    shoot::patch_cluster_shoot(&f.seed, &f.ns, &shoot_json).await;
+    shoot::wait_cached(&f._controller.caches, &f.ns, "the wake-up", |s| {
+        !s.hibernation_enabled()
+    })
+    .await;
+    // gardenlet's shoot reconcile of the wake-up reconciles the Extension.
+    let woken = gardenlet::request_reconcile(&f.api, "containerd-shim").await;
+    poll::until(
+        "the wake-up reconcile waiting for the old bundle",
+        poll::DEFAULT_TIMEOUT,
+        || async {
+            let ext = f
+                .api
+                .get("containerd-shim")
+                .await
+                .map_err(|e| e.to_string())?;
+            let op = ext.status.and_then(|s| s.last_operation);
+            match op {
+                Some(op)
+                    if op.state == OperationState::Processing
+                        && op.description.contains("previous installation") =>
+                {
+                    Ok(())
+                }
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    bundles::wake_resource_manager(&f.seed, &f.ns, MANAGED_RESOURCE).await;
+    poll::until(
+        "a new bundle, not being deleted",
+        poll::DEFAULT_TIMEOUT,
+        || async {
+            match f.managed_resource().await {
+                Some(mr) if mr.metadata.deletion_timestamp.is_none() => Ok(()),
+                other => Err(format!(
+                    "{:?}",
+                    other.map(|m| m.metadata.deletion_timestamp)
+                )),
+            }
+        },
+    )
+    .await;
+    f.ready(Some(&woken)).await;
+    f.wait_runtime_class("wasmtime-spin-v2", true).await;
+
+    // Awake, the node reports clean again and the Extension is deleted the ordinary way: the
+    // next test must not meet this one's installer pods on a node without a kubelet.
+    sim.ready.store(true, std::sync::atomic::Ordering::SeqCst);
+    gardenlet::delete(&f.api, "containerd-shim").await;
+    f.gone().await;
+    assert!(f.managed_resource().await.is_none());
+}
+
+#[tokio::test]
+async fn a_deleted_shoot_skips_the_uninstall() {
+    let (f, _nodes) = installed_on_a_node_that_never_reports_clean("shim-shoot-deleted").await;
     let mut shoot_json = objects::shoot("shim-shoot-deleted");
     shoot_json["metadata"]["deletionTimestamp"] = json!(jiff::Timestamp::now().to_string());
     shoot::patch_cluster_shoot(&f.seed, &f.ns, &shoot_json).await;
@@ -609,47 +801,6 @@ async fn a_deleted_shoot_skips_the_uninstall() {
     );
 }
 
-/// A client that acts as the installer of `node`: its ServiceAccount, with the node name bound
-/// into its token as the API server's service-account authenticator records it.
-async fn installer_client(env: &support::Env, node: &str) -> Client {
-    let mut kubeconfig =
-        kube::config::Kubeconfig::read_from(&env.shoot_kubeconfig).expect("shoot kubeconfig");
-    for named in &mut kubeconfig.auth_infos {
-        if let Some(auth) = named.auth_info.as_mut() {
-            auth.impersonate =
-                Some("system:serviceaccount:kube-system:containerd-shim-installer".into());
-            auth.impersonate_groups = Some(vec![
-                "system:serviceaccounts".into(),
-                "system:serviceaccounts:kube-system".into(),
-                "system:authenticated".into(),
-            ]);
-            auth.impersonate_user_extra = Some(
-                [(
-                    "authentication.kubernetes.io/node-name".to_string(),
-                    vec![node.to_string()],
-                )]
-                .into(),
-            );
-        }
-    }
-    let config = kube::Config::from_custom_kubeconfig(
-        kubeconfig,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    .expect("installer kubeconfig");
-    Client::try_from(config).expect("installer client")
-}
-
-fn forbidden<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> Result<String, String> {
-    match result {
-        Err(kube::Error::Api(status)) if status.code == 403 || status.code == 422 => {
-            Ok(status.message)
-        }
-        other => Err(format!("expected a denial, got {other:?}")),
-    }
-}
-
 #[tokio::test]
 async fn the_installer_may_only_label_its_own_node_and_use_its_restart_slots() {
     let f = Fixture::default("shim-rbac").await;
@@ -658,10 +809,9 @@ async fn the_installer_may_only_label_its_own_node_and_use_its_restart_slots() {
 
 /// A 1.29 Shoot that switched on the beta policy API and the node binding of tokens gets the
 /// same two policies as `admissionregistration.k8s.io/v1beta1` objects, read from its Shoot by
-/// the controller. They are checked in the bundle, not applied: the API servers built here
-/// (1.36) no longer serve the beta policies (removed in 1.34), and the admission behaviour of
-/// the policies themselves is the same (pinned by the v1 test above and the conversion's unit
-/// tests).
+/// the controller. They are checked in the bundle here (the control plane's API servers, 1.36,
+/// no longer serve the beta policies); admission_policies_1_29.rs applies them to a real
+/// kube-apiserver 1.29.
 #[tokio::test]
 async fn on_a_1_29_shoot_the_policies_go_out_as_v1beta1() {
     let mut shoot = objects::shoot("shim-rbac-beta");
@@ -711,7 +861,11 @@ async fn installer_is_confined(f: Fixture) {
         .await;
 
     let env = support::Env::load();
-    let installer = installer_client(&env, &own).await;
+    let installer = impersonation::installer_on(
+        kube::config::Kubeconfig::read_from(&env.shoot_kubeconfig).expect("shoot kubeconfig"),
+        &own,
+    )
+    .await;
     let node_api: Api<k8s_openapi::api::core::v1::Node> = Api::all(installer.clone());
     let label = |key: &str| json!({"metadata": {"labels": {key: "ready"}}});
     let ours = "containerd-shim.extensions.gardener.cloud/wasmtime";
@@ -728,7 +882,7 @@ async fn installer_is_confined(f: Fixture) {
         "the node policy to deny labelling another node",
         poll::DEFAULT_TIMEOUT,
         || async {
-            forbidden(
+            impersonation::denied(
                 node_api
                     .patch(&other, &PatchParams::default(), &Patch::Merge(&label(ours)))
                     .await,
@@ -740,7 +894,7 @@ async fn installer_is_confined(f: Fixture) {
         denied.contains("may only change the Node it runs on"),
         "{denied}"
     );
-    let foreign = forbidden(
+    let foreign = impersonation::denied(
         node_api
             .patch(
                 &own,
@@ -755,21 +909,21 @@ async fn installer_is_confined(f: Fixture) {
         "{foreign}"
     );
     let annotation = json!({"metadata": {"annotations": {"example.com/x": "y"}}});
-    forbidden(
+    impersonation::denied(
         node_api
             .patch(&own, &PatchParams::default(), &Patch::Merge(&annotation))
             .await,
     )
     .expect("a foreign annotation is denied");
     let unschedulable = json!({"spec": {"unschedulable": true}});
-    forbidden(
+    impersonation::denied(
         node_api
             .patch(&own, &PatchParams::default(), &Patch::Merge(&unschedulable))
             .await,
     )
     .expect("spec changes are denied");
     let taint = json!({"spec": {"taints": [{"key": "example.com/x", "effect": "NoSchedule"}]}});
-    let denied = forbidden(
+    let denied = impersonation::denied(
         node_api
             .patch(&own, &PatchParams::default(), &Patch::Merge(&taint))
             .await,
@@ -786,7 +940,7 @@ async fn installer_is_confined(f: Fixture) {
     let owner = json!({"metadata": {"ownerReferences": [
         {"apiVersion": "v1", "kind": "Node", "name": other, "uid": other_uid}
     ]}});
-    let denied = forbidden(
+    let denied = impersonation::denied(
         node_api
             .patch(&own, &PatchParams::default(), &Patch::Merge(&owner))
             .await,
@@ -797,7 +951,7 @@ async fn installer_is_confined(f: Fixture) {
         "{denied}"
     );
     let finalizer = json!({"metadata": {"finalizers": ["example.com/hold"]}});
-    let denied = forbidden(
+    let denied = impersonation::denied(
         node_api
             .patch(&own, &PatchParams::default(), &Patch::Merge(&finalizer))
             .await,
@@ -807,7 +961,7 @@ async fn installer_is_confined(f: Fixture) {
         denied.contains("may not change a Node's finalizers"),
         "{denied}"
     );
-    forbidden(node_api.delete(&own, &Default::default()).await)
+    impersonation::denied(node_api.delete(&own, &Default::default()).await)
         .expect("deleting nodes is not granted");
 
     // Restart-budget slots: only the configured slot names can be read and updated.
@@ -840,7 +994,8 @@ async fn installer_is_confined(f: Fixture) {
         )
         .await
         .expect("take slot 0");
-    forbidden(leases.get("kube-controller-manager").await).expect("other Leases are not readable");
+    impersonation::denied(leases.get("kube-controller-manager").await)
+        .expect("other Leases are not readable");
     let foreign_lease = k8s_openapi::api::coordination::v1::Lease {
         metadata: kube::api::ObjectMeta {
             name: Some("kube-scheduler-takeover".into()),
@@ -848,15 +1003,23 @@ async fn installer_is_confined(f: Fixture) {
         },
         ..Default::default()
     };
-    let denied = forbidden(leases.create(&PostParams::default(), &foreign_lease).await)
-        .expect("creating other Leases is denied");
-    assert!(
-        denied.contains("may only create its restart-budget Leases"),
-        "{denied}"
-    );
-    forbidden(leases.list(&ListParams::default()).await).expect("listing Leases is not granted");
+    // The Lease policy loads independently of the Node policy: poll, and with a dry run, so
+    // that a create slipping through before it is loaded stores nothing.
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    impersonation::until_refused(
+        "creating another Lease",
+        "may only create its restart-budget Leases",
+        || leases.create(&dry_run, &foreign_lease),
+    )
+    .await;
+    impersonation::denied(leases.list(&ListParams::default()).await)
+        .expect("listing Leases is not granted");
     let secrets: Api<Secret> = Api::namespaced(installer, "kube-system");
-    forbidden(secrets.list(&ListParams::default()).await).expect("secrets are not readable");
+    impersonation::denied(secrets.list(&ListParams::default()).await)
+        .expect("secrets are not readable");
 
     // Clean up what this test created outside its bundle.
     let admin_leases: Api<k8s_openapi::api::coordination::v1::Lease> =

@@ -6,6 +6,9 @@
 //! handler's RuntimeClass runs under it, the agent's periodic reconcile changes nothing, and an
 //! `op: remove` entry with the file dropped takes both off the node.
 
+mod osc_delivery;
+mod switch_delivery;
+
 use std::os::unix::fs::PermissionsExt;
 
 use serde_json::json;
@@ -27,8 +30,10 @@ use crate::support::real_nodes::{RealNode, now_us};
 const HANDLER: &str = "crun";
 const RUNTIME_CLASS: &str = "crun-osc";
 
+/// A file of its own: the extension's deliveries in the other tests keep a directory per shim
+/// below the same directory (`crun/<version>-<digest>/`), which may outlive them by a generation.
 fn crun_binary() -> String {
-    format!("{CONTAINER_RUNTIMES_BIN}/crun")
+    format!("{CONTAINER_RUNTIMES_BIN}/{RUNTIME_CLASS}")
 }
 
 /// The handler's table with the values the installer writes for crun on these nodes (their

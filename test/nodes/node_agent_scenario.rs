@@ -23,7 +23,7 @@ pub const AGENT_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// How to start what these tests need.
 pub const NODE_AGENT_HINT: &str = "start the control plane with `--node-agent`: \
-     hack/control-plane.sh up --nodes containerd1,containerd2 --node-images .local/images --node-agent";
+     hack/control-plane.sh up --nodes containerd17,containerd2 --node-images .local/images --node-agent";
 
 pub struct AgentScenario {
     pub c: Clusters,

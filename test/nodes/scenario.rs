@@ -64,26 +64,7 @@ impl Scenario {
             assert_clean(&c, node).await;
         }
         let namespace = support::create_shoot_namespace(&c.seed, test).await;
-        Api::<Cluster>::all(c.seed.clone())
-            .create(
-                &PostParams::default(),
-                &objects::cluster(&namespace, objects::shoot(test)),
-            )
-            .await
-            .expect("create Cluster");
-        let kubeconfig = std::fs::read(&c.env.shoot_kubeconfig).expect("read the shoot kubeconfig");
-        let secret = Secret {
-            metadata: ObjectMeta {
-                name: Some("gardener".into()),
-                ..Default::default()
-            },
-            data: Some([("kubeconfig".to_string(), ByteString(kubeconfig))].into()),
-            ..Default::default()
-        };
-        Api::<Secret>::namespaced(c.seed.clone(), &namespace)
-            .create(&PostParams::default(), &secret)
-            .await
-            .expect("create the shoot access secret");
+        prepare_shoot_namespace(&c, &namespace, test).await;
         let workloads = support::unique_name(test);
         create_workload_namespace(&c.shoot, &workloads).await;
         let extensions = Api::namespaced(c.seed.clone(), &namespace);
@@ -507,6 +488,31 @@ impl Scenario {
 }
 
 /// Creates the namespace in the shoot that holds a test's workload pods.
+/// What gardenlet puts in a shoot namespace before any Extension: the Cluster with the Shoot,
+/// and the shoot access Secret (`gardener`) the controller reaches the shoot with.
+pub async fn prepare_shoot_namespace(c: &Clusters, namespace: &str, shoot: &str) {
+    Api::<Cluster>::all(c.seed.clone())
+        .create(
+            &PostParams::default(),
+            &objects::cluster(namespace, objects::shoot(shoot)),
+        )
+        .await
+        .expect("create Cluster");
+    let kubeconfig = std::fs::read(&c.env.shoot_kubeconfig).expect("read the shoot kubeconfig");
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some("gardener".into()),
+            ..Default::default()
+        },
+        data: Some([("kubeconfig".to_string(), ByteString(kubeconfig))].into()),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(c.seed.clone(), namespace)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create the shoot access secret");
+}
+
 pub async fn create_workload_namespace(shoot: &kube::Client, name: &str) {
     Api::<Namespace>::all(shoot.clone())
         .create(

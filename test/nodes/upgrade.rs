@@ -2,17 +2,24 @@
 //! The running pods keep their shim process (and its binary, in the old version's directory),
 //! new pods start the new version, nothing restarts containerd (the configuration names the
 //! stable path `current/<shim>`), and no file a running shim executes is written ("text file
-//! busy" cannot happen). Going back to an older version works the same way.
+//! busy" cannot happen). A version that cannot run is swapped back on the first node it
+//! reaches, where the earlier version keeps serving; the rollout stops there and the
+//! Extension's health names the shim and the version. Going back to an older version works the
+//! same way as going up.
 //!
 //! The versions are those hack/nodes/images.sh offers in the catalog overlay for the catalog's
-//! `wasmtime` entry: its own version and `next` (the same build under another version, so a new
-//! version directory).
+//! `wasmtime` entry: its own version, `next` (the same build under another version, so a new
+//! version directory) and `broken` (a shim binary that exits non-zero).
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
+use k8s_openapi::api::events::v1::Event;
+use kube::Api;
 use serde_json::{Value, json};
 
-use crate::scenario::{NODE_TIMEOUT, STATE_DIR, Scenario};
+use crate::refusal_events::warnings;
+use crate::scenario::{EXTENSION, NODE_TIMEOUT, STATE_DIR, Scenario};
 use crate::support::poll;
 use crate::support::real_nodes::{RealNode, now_us};
 use crate::wasm::{assert_http_answer, start_http_module};
@@ -57,7 +64,7 @@ async fn wait_active_everywhere(s: &Scenario, version: &str) {
 
 /// The executables of the node's processes that run a wasmtime shim file, by process id: the
 /// shim of each pod sandbox and the processes it starts, so each pod shows which version runs it.
-fn shim_executables(node: &RealNode) -> BTreeMap<u32, String> {
+pub(crate) fn shim_executables(node: &RealNode) -> BTreeMap<u32, String> {
     let script = format!(
         "for d in /proc/[0-9]*; do e=$(readlink \"$d/exe\" 2>/dev/null) || continue; \
          case \"$e\" in */{SHIM_BINARY}*) echo \"${{d#/proc/}} $e\";; esac; done"
@@ -95,7 +102,8 @@ async fn serve_http(s: &Scenario, node: &RealNode) -> (String, String) {
 }
 
 #[tokio::test]
-async fn a_shim_upgrade_keeps_running_pods_and_a_downgrade_works_the_same_way() {
+async fn a_shim_upgrade_keeps_running_pods_a_version_that_cannot_run_is_swapped_back_and_a_downgrade_works()
+ {
     let s = Scenario::start("upgrade").await;
     s.apply(wasmtime(CATALOG_VERSION)).await;
     s.wait_rolled_out().await;
@@ -150,11 +158,120 @@ async fn a_shim_upgrade_keeps_running_pods_and_a_downgrade_works_the_same_way() 
         );
     }
 
-    // Down: back to the catalog's version, which works like an upgrade.
+    // A version that cannot run: the first node that gets it fails verification and swaps
+    // back, without a restart (the configuration never changed); the rollout stops there and
+    // the health names the shim, the node and the version.
+    let configs = s.nodes.containerd_configs();
+    let started = now_us();
+    s.apply(wasmtime("broken")).await;
+    let message = s
+        .wait_health("to name the failed shim", |m| {
+            m.contains("wasmtime on node-")
+        })
+        .await;
+    let failed = s
+        .nodes
+        .nodes
+        .iter()
+        .find(|n| message.contains(&format!("wasmtime on {}:", n.name)))
+        .unwrap_or_else(|| panic!("no node named in {message:?}"));
+    assert!(
+        message.contains("shim wasmtime version broken-")
+            && message.contains("swapped back to next-"),
+        "the health names the version that failed and the one that serves: {message}"
+    );
+    // The Warning Event on the Extension says the same.
+    let on_extension: Api<Event> = Api::namespaced(s.c.seed.clone(), &s.namespace);
+    poll::until(
+        "a Warning Event on the Extension naming the version",
+        NODE_TIMEOUT,
+        || async {
+            let notes = warnings(&on_extension, EXTENSION).await?;
+            if notes.iter().any(|n| {
+                n.contains(&format!("wasmtime on {}:", failed.name))
+                    && n.contains("shim wasmtime version broken-")
+            }) {
+                Ok(())
+            } else {
+                Err(format!("{notes:?}"))
+            }
+        },
+    )
+    .await;
+    assert!(
+        active_dir(failed).contains("/next-"),
+        "{}: current/wasmtime points at {}",
+        failed.name,
+        active_dir(failed)
+    );
+    // The rollout stopped: only the failed node has a pod of the new set, and it is not Ready.
+    // Watched for a while, no node switches or restarts containerd.
+    let halted = s.current_desired_sha256().await;
+    poll::stays(
+        "the rollout halted at the failed node, every node serving next",
+        Duration::from_secs(20),
+        || async {
+            for pod in s
+                .installer_pods()
+                .await
+                .iter()
+                .filter(|p| p.desired_sha256 == halted)
+            {
+                if pod.node != failed.name || pod.ready_since.is_some() {
+                    return Err(format!("{pod:?}"));
+                }
+            }
+            for node in &s.nodes.nodes {
+                let dir = active_dir(node);
+                if !dir.contains("/next-") {
+                    return Err(format!("{}: current/wasmtime points at {dir}", node.name));
+                }
+                let restarts = node.containerd_restarts(started);
+                if !restarts.is_empty() {
+                    return Err(format!("{} restarted containerd: {restarts:?}", node.name));
+                }
+            }
+            Ok(())
+        },
+    )
+    .await;
+    for ((node, pod, id, _), before) in old.iter().zip(&configs) {
+        assert_eq!(
+            &node.containerd_config(),
+            before,
+            "{}: the configuration changed",
+            node.name
+        );
+        s.wait_pod_running(pod).await;
+        assert_eq!(&s.container_id(pod).await, id, "{}: restarted", node.name);
+    }
+    // The failed node keeps serving the version it had: its label stays and a new pod runs it.
+    let labels = s.node_labels().await;
+    assert_eq!(
+        labels[&failed.name]
+            .get("containerd-shim.extensions.gardener.cloud/wasmtime")
+            .map(String::as_str),
+        Some("ready"),
+        "{}: {:?}",
+        failed.name,
+        labels[&failed.name]
+    );
+    let (_, exe) = serve_http(&s, failed).await;
+    assert!(
+        exe.contains("/versions/wasmtime/next-"),
+        "{}: the new pod runs {exe}",
+        failed.name
+    );
+
+    // Down: back to the catalog's version, which works like an upgrade, also on the node that
+    // failed: the failure goes with the set it belonged to.
     let started = now_us();
     s.apply(wasmtime(CATALOG_VERSION)).await;
     s.wait_rolled_out().await;
     wait_active_everywhere(&s, CATALOG_VERSION).await;
+    s.wait_verified_everywhere("wasmtime").await;
+    s.wait_health("without failures", |m| !m.contains("failed"))
+        .await;
     for node in &s.nodes.nodes {
         assert!(
             node.containerd_restarts(started).is_empty(),

@@ -21,6 +21,56 @@ use serde_json::json;
 
 use super::{nodes, poll};
 
+/// A finalizer a test puts on a ManagedResource to stand for a shoot's gardener-resource-manager
+/// scaled to zero (a hibernated shoot): its deletion cannot end until the test removes it.
+pub const RESOURCE_MANAGER_ASLEEP: &str =
+    "test.containerd-shim.extensions.gardener.cloud/resource-manager-asleep";
+
+/// Holds the deletion of the ManagedResource `namespace/name` as a scaled-down
+/// gardener-resource-manager would ([`RESOURCE_MANAGER_ASLEEP`]).
+pub async fn put_resource_manager_to_sleep(seed: &Client, namespace: &str, name: &str) {
+    set_resource_manager_asleep(seed, namespace, name, true).await;
+}
+
+/// Lets the deletion of `namespace/name` end again: the shoot woke up.
+pub async fn wake_resource_manager(seed: &Client, namespace: &str, name: &str) {
+    set_resource_manager_asleep(seed, namespace, name, false).await;
+}
+
+/// Adds or removes [`RESOURCE_MANAGER_ASLEEP`]; gardener-resource-manager writes the object's
+/// status meanwhile, so a conflict is retried. A ManagedResource that is gone is awake.
+async fn set_resource_manager_asleep(seed: &Client, namespace: &str, name: &str, asleep: bool) {
+    let api: Api<ManagedResource> = Api::namespaced(seed.clone(), namespace);
+    poll::until(
+        &format!("the finalizer of the sleeping resource manager set to {asleep}"),
+        poll::DEFAULT_TIMEOUT,
+        || async {
+            let Some(mr) = api.get_opt(name).await.map_err(|e| e.to_string())? else {
+                return if asleep {
+                    Err("no ManagedResource".to_string())
+                } else {
+                    Ok(())
+                };
+            };
+            let mut finalizers: Vec<&str> = mr
+                .finalizers()
+                .iter()
+                .map(String::as_str)
+                .filter(|f| *f != RESOURCE_MANAGER_ASLEEP)
+                .collect();
+            if asleep {
+                finalizers.push(RESOURCE_MANAGER_ASLEEP);
+            }
+            let body = json!({"metadata": {"finalizers": finalizers, "resourceVersion": mr.resource_version()}});
+            api.patch(name, &PatchParams::default(), &Patch::Merge(&body))
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        },
+    )
+    .await;
+}
+
 /// Deletes every ManagedResource of this extension in the seed (with its shoot objects) and
 /// waits until gardener-resource-manager has removed each. All are deleted before the first
 /// wait: one still alive would re-create the shoot objects the others are deleting. While
@@ -34,6 +84,9 @@ pub async fn remove_shim_bundles(seed: &Client, shoot: &Client) {
         .expect("list ManagedResources");
     for mr in &leftovers {
         let ns = mr.namespace().unwrap_or_default();
+        if mr.finalizers().iter().any(|f| f == RESOURCE_MANAGER_ASLEEP) {
+            wake_resource_manager(seed, &ns, &mr.name_any()).await;
+        }
         managed_resource::set_keep_objects(seed, &ns, &mr.name_any(), false)
             .await
             .expect("keepObjects=false");

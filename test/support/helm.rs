@@ -130,6 +130,18 @@ impl std::fmt::Display for Grant {
 
 /// Every (group, resource, verb) the `rules` of a ClusterRole or Role grant.
 pub fn grants(rules: &Value) -> std::collections::BTreeSet<Grant> {
+    named_grants(rules)
+        .into_iter()
+        .map(|(group, resource, verb, _)| Grant {
+            group,
+            resource,
+            verb,
+        })
+        .collect()
+}
+
+/// Every rule as (group, resource, verb, resourceNames joined by ","), "" for any name.
+pub fn named_grants(rules: &Value) -> std::collections::BTreeSet<(String, String, String, String)> {
     let strings = |v: &Value| -> Vec<String> {
         v.as_array()
             .into_iter()
@@ -139,14 +151,11 @@ pub fn grants(rules: &Value) -> std::collections::BTreeSet<Grant> {
     };
     let mut out = std::collections::BTreeSet::new();
     for rule in rules.as_array().into_iter().flatten() {
+        let names = strings(&rule["resourceNames"]).join(",");
         for group in strings(&rule["apiGroups"]) {
             for resource in strings(&rule["resources"]) {
                 for verb in strings(&rule["verbs"]) {
-                    out.insert(Grant {
-                        group: group.clone(),
-                        resource: resource.clone(),
-                        verb,
-                    });
+                    out.insert((group.clone(), resource.clone(), verb, names.clone()));
                 }
             }
         }

@@ -170,6 +170,7 @@ pub fn desired(shims: Vec<DesiredShim>) -> DesiredShims {
     DesiredShims {
         schema: SCHEMA,
         mode: Mode::Install,
+        delivery: Default::default(),
         shims,
         rollout: Rollout {
             max_concurrent_restarts: 1,

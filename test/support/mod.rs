@@ -15,6 +15,7 @@ pub mod controller;
 pub mod gardenlet;
 pub mod history;
 pub mod https;
+pub mod impersonation;
 pub mod installer;
 pub mod nodes;
 pub mod objects;

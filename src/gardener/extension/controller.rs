@@ -18,8 +18,9 @@ use kube::ResourceExt;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use crate::gardener::api::Extension;
+use crate::gardener::api::{Extension, OperationState};
 use crate::gardener::cache::{ExtensionEvent, SharedCaches};
+use crate::gardener::managed_resource::catch_up;
 
 use super::actuator::Actuator;
 use super::context::{Context, ReconcilerConfig};
@@ -239,20 +240,34 @@ fn cluster_changes<A: Actuator>(
 }
 
 /// A deletion waits for gardener-resource-manager (the nodes to report clean through the
-/// DaemonSet, then the ManagedResource to be gone): a change of a ManagedResource reconciles
-/// the Extensions being deleted in its namespace at once, rather than at their next requeue,
-/// which stays as the safety net.
+/// DaemonSet, then the ManagedResource to be gone), and so may an operation in progress (a
+/// bundle written in steps, the next written once the last is applied): a change of a
+/// ManagedResource reconciles the Extensions being deleted in its namespace at once, and, once
+/// gardener-resource-manager has applied the ManagedResource's generation, those whose
+/// operation is in progress, rather than at their next requeue, which stays as the safety net.
+/// (An operation in progress is not woken by the changes before: the first reconcile of a new
+/// Extension would be run again for each of them.)
+fn waits_for_managed_resource(ext: &Extension, applied: bool) -> bool {
+    let in_progress = ext
+        .status
+        .as_ref()
+        .and_then(|s| s.last_operation.as_ref())
+        .is_some_and(|op| op.state == OperationState::Processing);
+    ext.metadata.deletion_timestamp.is_some() || (applied && in_progress)
+}
+
 fn deletion_progress<A: Actuator>(
     ctx: &Arc<Context<A>>,
 ) -> futures::stream::BoxStream<'static, Extension> {
     let changes = ctx.caches.managed_resources.subscribe();
+    let managed_resources = ctx.caches.managed_resources.store().clone();
     let extensions = ctx.caches.extensions.clone();
     let config = ctx.config.clone();
     futures::stream::unfold(changes, |mut changes| async move {
         loop {
             match changes.recv().await {
-                Ok(mr) => match mr.namespace {
-                    Some(namespace) => return Some((namespace, changes)),
+                Ok(mr) => match mr.namespace.clone() {
+                    Some(namespace) => return Some(((namespace, mr), changes)),
                     None => continue,
                 },
                 // A missed change is caught by the requeue.
@@ -261,14 +276,17 @@ fn deletion_progress<A: Actuator>(
             }
         }
     })
-    .flat_map(move |namespace| {
-        let deleting: Vec<Extension> = extensions
+    .flat_map(move |(namespace, mr)| {
+        let applied = managed_resources
+            .get(&mr)
+            .is_some_and(|mr| catch_up::check(&mr).is_ok());
+        let waiting: Vec<Extension> = extensions
             .in_namespace(&namespace)
             .into_iter()
-            .filter(|e| e.metadata.deletion_timestamp.is_some() && in_scope(e, &config))
+            .filter(|e| waits_for_managed_resource(e, applied) && in_scope(e, &config))
             .map(|e| (*e).clone())
             .collect();
-        futures::stream::iter(deleting)
+        futures::stream::iter(waiting)
     })
     .boxed()
 }

@@ -197,8 +197,9 @@ fn runtime_table<'t>(
         Some(Item::Table(existing)) => {
             if previous.is_none() {
                 ensure_adoptable(edit.path, table_path, existing, desired)?;
-                // Its runtime_path is our managed symlink: the table is ours from an earlier run
-                // whose record was lost; treat it (and its options) as created by us so that
+                // Its runtime_path is our managed symlink (the table is ours from an earlier run
+                // whose record was lost), or the node agent wrote it for this shim (delivered
+                // through the OSC before): treat it (and its options) as created by us so that
                 // uninstall can remove it.
                 if existing.contains_table("options") {
                     created.insert(table_path.join(["options"]));
@@ -284,15 +285,18 @@ fn desired_values(desired: &RuntimeEntry) -> Vec<(KeyPath, Value)> {
     out
 }
 
-/// A table of the same name is ours only if it points at our managed shim path; anything else
-/// belongs to someone else.
+/// A table of the same name is ours only if it points at our managed shim path or is this
+/// shim as gardener-node-agent delivered it ([`RuntimeEntry::delivered_by_node_agent`]);
+/// anything else belongs to someone else.
 fn ensure_adoptable(
     path: &Path,
     table_path: &KeyPath,
     existing: &Table,
     desired: &RuntimeEntry,
 ) -> Result<(), ConfigError> {
-    if desired.managed_key.value_in(existing) == Some(desired.runtime_path.as_str()) {
+    if desired.managed_key.value_in(existing) == Some(desired.runtime_path.as_str())
+        || desired.delivered_by_node_agent(existing)
+    {
         return Ok(());
     }
     Err(ConfigError::ForeignRuntime {

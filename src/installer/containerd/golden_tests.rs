@@ -43,6 +43,7 @@ pub(super) fn spin() -> RuntimeEntry {
         pod_annotations: vec![],
         privileged_without_host_devices: false,
         options: BTreeMap::from([("SystemdCgroup".into(), OptionValue::Bool(true))]),
+        node_agent_dir: None,
     }
 }
 
@@ -66,6 +67,7 @@ pub(super) fn gvisor() -> RuntimeEntry {
                 ),
             ),
         ]),
+        node_agent_dir: None,
     }
 }
 
@@ -83,6 +85,7 @@ fn kata() -> RuntimeEntry {
                 "/var/lib/containerd-shim/kata/3.17.0/config/configuration-qemu.toml".into(),
             ),
         )]),
+        node_agent_dir: None,
     }
 }
 

@@ -86,4 +86,5 @@ pub use plan::{
     plan_install, plan_install_keeping, plan_uninstall,
 };
 pub use runtime::{ManagedKey, RuntimeEntry, validate_handler};
+pub use sources::{node_agent_table, node_agent_values_in};
 pub use validation::{ScratchFile, Validation};

@@ -5,6 +5,7 @@
 //! others own are never touched, and a table of the same name that someone else wrote is a
 //! conflict, not ours to overwrite.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -178,6 +179,47 @@ impl Ownership {
             }
         }
         Ownership::from_files(files)
+    }
+
+    /// The record after handing `handlers` over to gardener-node-agent (a switch from
+    /// `delivery: daemonset` to `osc`, once the agent serves them), and the files whose backup
+    /// (`<file>.containerd-shim.bak`) goes with it.
+    ///
+    /// In a file we edit in place (containerd 1.x) the agent has by then written its values
+    /// over our keys of the handler's table: the table is the agent's now, so the record
+    /// forgets it instead of letting an uninstall remove it. A file left with no handler of
+    /// ours is forgotten as a whole: the runtimes we wrote out for containerd's implicit ones
+    /// must stay defined beside the agent's table, parent tables we created hold it, and the
+    /// original bytes no longer describe the file the agent re-encoded; only our backup of it
+    /// goes. Drop-ins stay recorded: our drop-in would keep overriding the agent's table, so
+    /// the uninstall removes it.
+    pub fn hand_over_in_place(&self, handlers: &BTreeSet<String>) -> (Ownership, Vec<PathBuf>) {
+        let mut backups = Vec::new();
+        let mut files = Vec::new();
+        for file in &self.files {
+            if file.role != FileRole::Config
+                || !file.handlers.iter().any(|h| handlers.contains(&h.handler))
+            {
+                files.push(file.clone());
+                continue;
+            }
+            let (given, kept): (Vec<&OwnedHandler>, Vec<&OwnedHandler>) = file
+                .handlers
+                .iter()
+                .partition(|h| handlers.contains(&h.handler));
+            if kept.is_empty() {
+                if file.backup {
+                    backups.push(file.path.clone());
+                }
+                continue;
+            }
+            let mut file = file.clone();
+            file.handlers = kept.into_iter().cloned().collect();
+            file.created_tables
+                .retain(|table| !given.iter().any(|h| table.starts_with(&h.table)));
+            files.push(file);
+        }
+        (Ownership::from_files(files), backups)
     }
 
     /// Builds a normalised record: files sorted by path, empty records dropped.

@@ -118,9 +118,11 @@ pub fn plan_install_keeping(
 ) -> Result<Plan, ConfigError> {
     target.containerd.ensure_supported()?;
     validate_set(runtimes)?;
-    if !runtimes.is_empty() {
-        ensure_nothing_in_the_way(host, target, runtimes, previous)?;
-    }
+    let handed_over = if runtimes.is_empty() {
+        Vec::new()
+    } else {
+        ensure_nothing_in_the_way(host, target, runtimes, previous)?
+    };
     let mut outcomes = edit_target(host, target, runtimes, previous, kept)?;
     let targeted: BTreeSet<PathBuf> = outcomes.iter().map(|o| o.path.clone()).collect();
     for owned in &previous.files {
@@ -158,6 +160,7 @@ pub fn plan_install_keeping(
             .filter(|owned| !runtimes.iter().any(|r| r.handler == owned.handler))
             .map(ExpectedRuntime::owned)
             .collect(),
+        handed_over,
     };
     Ok(assemble(
         host,
@@ -168,13 +171,14 @@ pub fn plan_install_keeping(
     ))
 }
 
-/// Fails when something containerd reads stands in the way of installing `runtimes`.
+/// Fails when something containerd reads stands in the way of installing `runtimes`; returns
+/// the handlers whose table gardener-node-agent delivered for the same shim (taken over).
 fn ensure_nothing_in_the_way(
     host: &dyn HostFs,
     target: &Target,
     runtimes: &[RuntimeEntry],
     previous: &Ownership,
-) -> Result<(), ConfigError> {
+) -> Result<Vec<String>, ConfigError> {
     // Everything containerd reads counts: a CRI plugin disabled in a drop-in, or a runtime of
     // one of our handlers in an imported file, is as real as one in the main file.
     let (editable, generated) = match &target.strategy {
@@ -185,11 +189,11 @@ fn ensure_nothing_in_the_way(
     };
     let files = files_read(host, target.containerd, &target.config, generated)?;
     ensure_cri_enabled(&files)?;
-    ensure_no_foreign_handlers(&files, runtimes, previous, editable)?;
+    let handed_over = ensure_no_foreign_handlers(&files, runtimes, previous, editable)?;
     if let Some(edited) = editable {
         ensure_cri_table_not_imported(&files, target.containerd, edited)?;
     }
-    Ok(())
+    Ok(handed_over)
 }
 
 /// The files the target's write strategy changes, each with its new content.
@@ -269,6 +273,7 @@ pub fn plan_uninstall(
         config: base,
         present: Vec::new(),
         absent: previous.handlers().map(ExpectedRuntime::owned).collect(),
+        handed_over: Vec::new(),
     };
     Ok(assemble(host, previous, None, outcomes, check))
 }
@@ -280,6 +285,9 @@ struct DumpCheck {
     config: Option<PathBuf>,
     present: Vec<ExpectedRuntime>,
     absent: Vec<ExpectedRuntime>,
+    /// Handlers whose table before the change is the node agent's delivery of the same shim:
+    /// like our recorded ones, not someone else's in the baseline.
+    handed_over: Vec<String>,
 }
 
 fn assemble(
@@ -294,6 +302,7 @@ fn assemble(
         config,
         present,
         absent,
+        handed_over,
     } = check;
     let mut actions = Actions::default();
     // Drop-ins first, then the files that import them (see the module docs).
@@ -323,7 +332,11 @@ fn assemble(
             scratch: None,
             present,
             absent,
-            recorded: previous.handlers().map(|h| h.handler.clone()).collect(),
+            recorded: previous
+                .handlers()
+                .map(|h| h.handler.clone())
+                .chain(handed_over)
+                .collect(),
             baseline: None,
         });
     Plan {

@@ -37,6 +37,20 @@ fn expect_install_error(main: &str, runtimes: &[RuntimeEntry], expected: &str) {
     assert!(err.contains(expected), "expected {expected:?} in: {err}");
 }
 
+/// crun as an OCI runtime of containerd's runc shim: our path is `options.BinaryName`.
+fn crun() -> RuntimeEntry {
+    RuntimeEntry {
+        handler: "crun".into(),
+        runtime_type: "io.containerd.runc.v2".into(),
+        runtime_path: "/var/lib/containerd-shim-installer/current/crun/bin/crun".into(),
+        managed_key: ManagedKey::BinaryName,
+        pod_annotations: vec![],
+        privileged_without_host_devices: false,
+        options: BTreeMap::from([("SystemdCgroup".into(), OptionValue::Bool(true))]),
+        node_agent_dir: None,
+    }
+}
+
 fn main_text(host: &MemoryHost) -> &str {
     &host.files[Path::new(MAIN)]
 }
@@ -642,15 +656,7 @@ fn a_disabled_cri_plugin_is_refused_in_either_spelling() {
 
 #[test]
 fn an_oci_runtime_is_written_and_recognised_by_its_binary_name() {
-    let crun = RuntimeEntry {
-        handler: "crun".into(),
-        runtime_type: "io.containerd.runc.v2".into(),
-        runtime_path: "/var/lib/containerd-shim-installer/current/crun/bin/crun".into(),
-        managed_key: ManagedKey::BinaryName,
-        pod_annotations: vec![],
-        privileged_without_host_devices: false,
-        options: BTreeMap::from([("SystemdCgroup".into(), OptionValue::Bool(true))]),
-    };
+    let crun = crun();
     let mut host = MemoryHost::new().with(MAIN, "version = 2\n");
     let plan = install(
         &mut host,
@@ -718,4 +724,145 @@ fn the_backup_is_taken_once_and_removed_with_us() {
         !host.files.contains_key(Path::new(&backup)),
         "the backup is left"
     );
+}
+
+/// A shoot that switches from `delivery: osc` to `daemonset` leaves, until gardener-node-agent
+/// applies its `op: remove`, the agent's table of the very shim in the main file: the installer
+/// takes it over (in place on 1.x, by its drop-in on 2.x) rather than refusing it, so the
+/// handler is served throughout. A table that points anywhere else stays someone else's.
+#[test]
+fn the_node_agents_table_of_the_same_shim_is_taken_over() {
+    let crun = RuntimeEntry {
+        node_agent_dir: Some(crate::desired_shims::node_agent_shim_dir("crun")),
+        ..crun()
+    };
+    let table = |plugin: &str, binary: &str| {
+        format!(
+            "[plugins.\"{plugin}\".containerd.runtimes.crun]\n\
+             runtime_type = \"io.containerd.runc.v2\"\n\
+             [plugins.\"{plugin}\".containerd.runtimes.crun.options]\n\
+             BinaryName = \"{binary}\"\nSystemdCgroup = true\n"
+        )
+    };
+    let delivered = "/var/bin/containerruntimes/crun/1.23-0123456789ab/bin/crun";
+
+    // containerd 1.x: edited in place; the table becomes ours and goes with our uninstall.
+    let main = format!(
+        "version = 2\n{}",
+        table("io.containerd.grpc.v1.cri", delivered)
+    );
+    let mut host = MemoryHost::new().with(MAIN, main);
+    let plan = install(
+        &mut host,
+        C1,
+        std::slice::from_ref(&crun),
+        &Ownership::default(),
+    );
+    assert!(plan.changed);
+    let text = main_text(&host).to_string();
+    assert!(
+        text.contains(&crun.runtime_path) && !text.contains(delivered),
+        "{text}"
+    );
+    assert_eq!(plan.ownership.handlers().count(), 1);
+    uninstall(&mut host, C1, &plan.ownership);
+    assert!(
+        !main_text(&host).contains("runtimes.crun"),
+        "{}",
+        main_text(&host)
+    );
+
+    // containerd 2.x: the agent's file is not touched; our drop-in wins over its table.
+    let main = format!(
+        "version = 3\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n{}",
+        table("io.containerd.cri.v1.runtime", delivered)
+    );
+    let mut host = MemoryHost::new().with(MAIN, main.clone());
+    install(
+        &mut host,
+        C2,
+        std::slice::from_ref(&crun),
+        &Ownership::default(),
+    );
+    assert_eq!(main_text(&host), main);
+    assert!(
+        host.files[Path::new(DROP_IN)].contains(&crun.runtime_path),
+        "{:?}",
+        host.files
+    );
+
+    // Another shim's directory, Gardener's own runtime extensions' flat layout, or a shim
+    // entry without the node agent's directory: someone else's table.
+    for (binary, entry) in [
+        (
+            "/var/bin/containerruntimes/crun-other/1.0-0/bin/crun",
+            crun.clone(),
+        ),
+        ("/var/bin/containerruntimes/crun", crun.clone()),
+        (
+            delivered,
+            RuntimeEntry {
+                node_agent_dir: None,
+                ..crun.clone()
+            },
+        ),
+    ] {
+        let main = format!(
+            "version = 2\n{}",
+            table("io.containerd.grpc.v1.cri", binary)
+        );
+        let host = MemoryHost::new().with(MAIN, main);
+        let err = try_install(&host, C1, &[entry]).unwrap_err();
+        assert!(
+            matches!(err, ConfigError::ForeignRuntime { .. }),
+            "{binary}: {err}"
+        );
+    }
+}
+
+/// Handing a handler edited in place to gardener-node-agent forgets its table (the agent's
+/// values are in it now) and, with our last handler, the whole file record and its backup;
+/// a drop-in stays recorded, for the uninstall to remove.
+#[test]
+fn a_hand_over_forgets_tables_edited_in_place_and_keeps_drop_ins() {
+    let handed = std::collections::BTreeSet::from(["spin".to_string()]);
+
+    let mut host = MemoryHost::new().with(MAIN, fixture("v2-debian.toml"));
+    let both = install(&mut host, C1, &[spin(), gvisor()], &Ownership::default());
+    let (kept, backups) = both.ownership.hand_over_in_place(&handed);
+    assert!(backups.is_empty(), "gvisor is still ours in {MAIN}");
+    let file = &kept.files[0];
+    assert_eq!(
+        file.handlers
+            .iter()
+            .map(|h| h.handler.as_str())
+            .collect::<Vec<_>>(),
+        ["runsc"]
+    );
+    let spin_table = ConfigVersion::V2.runtime_table("spin");
+    assert!(
+        !file
+            .created_tables
+            .iter()
+            .any(|t| t.starts_with(&spin_table)),
+        "{:?}",
+        file.created_tables
+    );
+    assert!(file.backup);
+
+    let mut host = MemoryHost::new().with(MAIN, fixture("v2-debian.toml"));
+    let one = install(&mut host, C1, &[spin()], &Ownership::default());
+    let (kept, backups) = one.ownership.hand_over_in_place(&handed);
+    assert!(kept.is_empty(), "{kept:?}");
+    assert_eq!(backups, [PathBuf::from(MAIN)]);
+
+    let mut host = MemoryHost::new().with(
+        MAIN,
+        "version = 2\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n",
+    );
+    let drop_in = install(&mut host, C2, &[spin()], &Ownership::default());
+    assert_eq!(drop_in.ownership.files[0].path, Path::new(DROP_IN));
+    let (kept, backups) = drop_in.ownership.hand_over_in_place(&handed);
+    assert_eq!(kept, drop_in.ownership);
+    assert!(backups.is_empty());
 }

@@ -61,6 +61,7 @@ fn runtime(handler: String) -> impl Strategy<Value = RuntimeEntry> {
                     pod_annotations,
                     privileged_without_host_devices: privileged,
                     options,
+                    node_agent_dir: None,
                 }
             },
         )
@@ -351,6 +352,7 @@ fn option_maps_keep_their_types_in_a_drop_in() {
             ("Count".into(), OptionValue::Int(-3)),
             ("Text".into(), OptionValue::String("true".into())),
         ]),
+        node_agent_dir: None,
     };
     let mut host = MemoryHost::new().with(MAIN, "version = 3\n");
     let plan = install(

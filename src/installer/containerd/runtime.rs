@@ -6,7 +6,9 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::desired_shims::{BIN_DIR_PLACEHOLDER, CONFIG_DIR_PLACEHOLDER, DesiredShim, OptionValue};
+use crate::desired_shims::{
+    BIN_DIR_PLACEHOLDER, CONFIG_DIR_PLACEHOLDER, DesiredShim, OptionValue, node_agent_shim_dir,
+};
 
 use super::daemon_version::ContainerdVersion;
 use super::error::ConfigError;
@@ -63,6 +65,15 @@ impl ManagedKey {
     }
 }
 
+/// Whether a runtime table's binary (`runtime_path`, or `options.BinaryName` for an OCI
+/// runtime, the keys the extension's OperatingSystemConfig webhook writes) lies below `dir`.
+pub(crate) fn runs_a_binary_below(table: &dyn toml_edit::TableLike, dir: &str) -> bool {
+    [ManagedKey::RuntimePath, ManagedKey::BinaryName]
+        .into_iter()
+        .filter_map(|key| key.value_in(table))
+        .any(|path| path.starts_with(dir))
+}
+
 /// What the engine writes into `runtimes.<handler>`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -86,6 +97,11 @@ pub struct RuntimeEntry {
     /// The `options` sub-table, typed as the shim's option struct expects.
     #[serde(default)]
     pub options: BTreeMap<String, OptionValue>,
+    /// Where gardener-node-agent puts this shim's files when the extension delivers it through
+    /// the OperatingSystemConfig ([`node_agent_shim_dir`]); see
+    /// [`RuntimeEntry::delivered_by_node_agent`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_agent_dir: Option<String>,
 }
 
 impl RuntimeEntry {
@@ -132,9 +148,24 @@ impl RuntimeEntry {
             pod_annotations: shim.pod_annotations.clone(),
             privileged_without_host_devices: shim.privileged_without_host_devices,
             options,
+            node_agent_dir: Some(node_agent_shim_dir(&shim.name)),
         };
         entry.validate()?;
         Ok(entry)
+    }
+
+    /// Whether `table`, a runtime table of this entry's handler that is not ours, is the one
+    /// gardener-node-agent wrote for this very shim when the extension delivered it through
+    /// the OperatingSystemConfig: its binary (`runtime_path`, or `options.BinaryName` for an
+    /// OCI runtime, as the extension's webhook writes them) lies below the shim's own
+    /// directory there. Such a table is the same shim in the other delivery mode, met when a
+    /// shoot switches from `osc` to `daemonset`: the installer takes it over instead of
+    /// refusing it, so the handler keeps being served while the node agent has not yet
+    /// applied its `op: remove`. Anyone else's table of the handler name stays a conflict.
+    pub fn delivered_by_node_agent(&self, table: &dyn toml_edit::TableLike) -> bool {
+        self.node_agent_dir
+            .as_deref()
+            .is_some_and(|dir| runs_a_binary_below(table, dir))
     }
 
     /// This entry as `containerd` can use it. containerd before 1.7 hands a shim other than runc
@@ -380,6 +411,7 @@ mod tests {
             pod_annotations: vec![],
             privileged_without_host_devices: false,
             options: BTreeMap::new(),
+            node_agent_dir: None,
         };
         base.validate().unwrap();
         let cases: Vec<(RuntimeEntry, &str)> = vec![
@@ -448,6 +480,7 @@ mod tests {
                 ("SystemdCgroup".into(), OptionValue::Bool(true)),
                 ("ConfigPath".into(), OptionValue::String("/x.toml".into())),
             ]),
+            node_agent_dir: None,
         };
         let c16 = ContainerdVersion::new(1, 6, 20);
         let wasm = entry("io.containerd.wasmtime.v1").for_containerd(c16);
@@ -479,6 +512,7 @@ mod tests {
             pod_annotations: vec![],
             privileged_without_host_devices: false,
             options: BTreeMap::new(),
+            node_agent_dir: None,
         };
         let old = shim
             .clone()

@@ -26,8 +26,8 @@ use super::glob::{expand, is_glob};
 use super::host::{HostFs, read_host};
 use super::imports::{imports_of, resolve};
 use super::key_path::KeyPath;
-use super::ownership::Ownership;
-use super::runtime::{RuntimeEntry, describe_runtime};
+use super::ownership::{OwnedHandler, Ownership};
+use super::runtime::{RuntimeEntry, describe_runtime, runs_a_binary_below};
 
 /// At most this many files are followed through `imports`; more is not a config anyone writes,
 /// and the walk must end on any host.
@@ -151,15 +151,17 @@ pub(crate) fn ensure_cri_table_not_imported(
 const LAYOUTS: [ConfigVersion; 3] = [ConfigVersion::V1, ConfigVersion::V2, ConfigVersion::V3];
 
 /// Refuses a runtime table of one of our handlers that is not ours, in any file containerd
-/// reads. Ours are the tables the record says we wrote in that file, and in `editable` (the
-/// file we edit in place) a table that points at our managed binary (ours from a run whose
-/// record was lost).
+/// reads. Ours are the tables the record says we wrote in that file, in `editable` (the file
+/// we edit in place) a table that points at our managed binary (ours from a run whose record
+/// was lost), and anywhere the table gardener-node-agent wrote for the same shim
+/// ([`RuntimeEntry::delivered_by_node_agent`]): those handlers are returned, taken over.
 pub(crate) fn ensure_no_foreign_handlers(
     files: &[ReadFile],
     runtimes: &[RuntimeEntry],
     previous: &Ownership,
     editable: Option<&Path>,
-) -> Result<(), ConfigError> {
+) -> Result<Vec<String>, ConfigError> {
+    let mut taken_over = Vec::new();
     for file in files {
         let record = previous.file(&file.path);
         for runtime in runtimes {
@@ -173,17 +175,65 @@ pub(crate) fn ensure_no_foreign_handlers(
                     .is_some_and(|owned| owned.table == key);
                 let adoptable = Some(file.path.as_path()) == editable
                     && runtime.managed_key.value_in(table) == Some(runtime.runtime_path.as_str());
-                if !(recorded || adoptable) {
+                // The same shim as the node agent delivered it (a switch from `osc`): taken over
+                // where it is edited in place, overridden by our drop-in elsewhere, until the
+                // agent's `op: remove` takes its table away.
+                let handed_over = runtime.delivered_by_node_agent(table);
+                if !(recorded || adoptable || handed_over) {
                     return Err(ConfigError::ForeignRuntime {
                         path: file.path.clone(),
                         key,
                         defines: describe_runtime(table),
                     });
                 }
+                if handed_over && !recorded && !taken_over.contains(&runtime.handler) {
+                    taken_over.push(runtime.handler.clone());
+                }
             }
         }
     }
-    Ok(())
+    Ok(taken_over)
+}
+
+/// Whether containerd's main config `main` holds gardener-node-agent's table of `handler`
+/// for the shim whose files the agent keeps below `dir` (at any config version's path; the
+/// agent translates the path for the file's version). That is where the agent writes an
+/// OperatingSystemConfig's plugin entries; a missing file holds none.
+pub fn node_agent_table(
+    host: &dyn HostFs,
+    main: &Path,
+    handler: &str,
+    dir: &str,
+) -> Result<bool, ConfigError> {
+    let Some(text) = read_host(host, main)? else {
+        return Ok(false);
+    };
+    let doc = parse_toml(main, &text)?;
+    Ok(LAYOUTS.iter().any(|layout| {
+        table_like_at(&doc, &layout.runtime_table(handler))
+            .is_some_and(|table| runs_a_binary_below(table, dir))
+    }))
+}
+
+/// Whether the table the installer edited in place for `owned` (in `file`) now carries
+/// gardener-node-agent's values for the shim whose files the agent keeps below `dir`: its
+/// binary lies there and the installer's managed key no longer holds the installer's path.
+/// (A table the installer took over from the agent keeps the agent's `runtime_path` beside
+/// the installer's `runtime_type` on containerd 1.6.0 to 1.6.20; that one is still ours.)
+pub fn node_agent_values_in(
+    host: &dyn HostFs,
+    file: &Path,
+    owned: &OwnedHandler,
+    dir: &str,
+) -> Result<bool, ConfigError> {
+    let Some(text) = read_host(host, file)? else {
+        return Ok(false);
+    };
+    let doc = parse_toml(file, &text)?;
+    Ok(table_like_at(&doc, &owned.table).is_some_and(|table| {
+        runs_a_binary_below(table, dir)
+            && owned.managed_key.value_in(table) != Some(owned.runtime_path.as_str())
+    }))
 }
 
 /// The table at `path`, however it is written: a `[header]`, dotted keys or an inline table.

@@ -15,7 +15,7 @@ use crate::installer::error::InstallerError;
 use crate::installer::host::HostError;
 use crate::installer::payload::{self, Installed, PayloadSpec, inspect};
 use crate::installer::plan::{GoneFacts, PlanInput, ShimFacts};
-use crate::installer::state::{Phase, State, TxnPhase};
+use crate::installer::state::{ConfigTxn, ShimState, State, TxnPhase};
 
 use super::Installer;
 use super::run_state::Run;
@@ -40,13 +40,18 @@ impl Facts {
 }
 
 impl<C: Cluster> Installer<C> {
-    /// Reads everything the plan depends on; changes nothing.
-    pub(super) fn gather(&self, run: &Run<'_>) -> Result<Facts, InstallerError> {
+    /// The node's containerd release, as its binary reports it.
+    pub(super) fn containerd_release(&self) -> Result<ContainerdVersion, InstallerError> {
         let version_text = self
             .host
             .containerd_version()
             .map_err(|err| InstallerError::command("containerd --version", err))?;
-        let containerd = ContainerdVersion::parse(&version_text)?;
+        Ok(ContainerdVersion::parse(&version_text)?)
+    }
+
+    /// Reads everything the plan depends on; changes nothing.
+    pub(super) fn gather(&self, run: &Run<'_>) -> Result<Facts, InstallerError> {
+        let containerd = self.containerd_release()?;
         containerd.ensure_supported()?;
         let (specs, runtimes) = self.resolve_payloads(&run.selection, containerd)?;
         let config = self.plan_config(containerd, &runtimes, &run.state)?;
@@ -211,11 +216,7 @@ impl<C: Cluster> Installer<C> {
                 staged: inspect(host, layout, spec)? == Installed::Complete,
                 current: payload::current_dir(host, layout, &shim.name)?,
                 verified: recorded.is_some_and(|s| s.verified_for(hash)),
-                verified_before: recorded.is_some_and(|s| {
-                    s.verified_hash.is_some()
-                        && s.phase != Phase::Failed
-                        && s.handler == shim.handler
-                }),
+                verified_before: recorded.is_some_and(|s| serves_earlier(s, &shim.handler)),
             });
         }
         let txn = state.config.as_ref();
@@ -228,6 +229,7 @@ impl<C: Cluster> Installer<C> {
             txn_validated: txn
                 .is_some_and(|t| matches!(t.phase, TxnPhase::Validated | TxnPhase::Restarting)),
             txn_rolling_back: txn.is_some_and(|t| matches!(t.phase, TxnPhase::RollingBack { .. })),
+            txn_switches_only: txn.is_some_and(ConfigTxn::switches_only),
             failed: false,
         })
     }
@@ -260,8 +262,18 @@ impl<C: Cluster> Installer<C> {
     }
 }
 
+/// Whether containerd was verified to serve an earlier description of this shim under this
+/// handler, and a failure since did not take it away. A failure that leaves the handler
+/// unserved (a config change rolled back with a restart, a failed repair) withdraws its label
+/// before it is recorded; one that leaves the earlier description serving (a version swapped
+/// back, a config the dump refused before containerd read it) keeps it.
+fn serves_earlier(recorded: &ShimState, handler: &str) -> bool {
+    recorded.verified_hash.is_some() && recorded.handler == handler
+}
+
 /// The plan's input for a desired set that already failed on this node: only labels are
-/// decided, keeping those of shims the failed change did not touch (they still run verified).
+/// decided, keeping those of shims the failed change did not touch (they still run verified)
+/// and of shims whose earlier, verified description still serves (a version swapped back).
 pub(super) fn failed_plan_input(run: &Run<'_>) -> PlanInput {
     let shims = run
         .selection
@@ -277,7 +289,7 @@ pub(super) fn failed_plan_input(run: &Run<'_>) -> PlanInput {
                 .state
                 .shims
                 .get(&shim.name)
-                .is_some_and(|s| s.verified_for(hash)),
+                .is_some_and(|s| s.verified_for(hash) || serves_earlier(s, &shim.handler)),
             verified_before: false,
         })
         .collect();
@@ -327,6 +339,7 @@ mod tests {
     use super::*;
     use crate::desired_shims::{DesiredShims, Rollout, ready_label};
     use crate::installer::plan::{Step, plan};
+    use crate::installer::state::Phase;
 
     fn uninstall() -> DesiredShims {
         DesiredShims::uninstall(Rollout {
@@ -365,27 +378,44 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_set_plans_only_withdrawing_the_labels_it_touched() {
-        let set = desired(vec![shim("spin", "spin"), shim("wasm", "wasm")]);
-        let spin = ready_label("spin");
-        let wasm = ready_label("wasm");
-        let mut run = run_of(&set, State::new(), &[(&spin, "ready"), (&wasm, "ready")]);
+    fn a_failed_set_plans_only_withdrawing_the_labels_of_shims_nothing_verified_serves() {
+        let set = desired(vec![
+            shim("spin", "spin"),
+            shim("wasm", "wasm"),
+            shim("wamr", "wamr"),
+        ]);
+        let [spin, wasm, wamr] = ["spin", "wasm", "wamr"].map(ready_label);
+        let mut run = run_of(
+            &set,
+            State::new(),
+            &[(&spin, "ready"), (&wasm, "ready"), (&wamr, "ready")],
+        );
         let hash = run.selection.find("spin").unwrap().1.clone();
         run.state
             .shims
             .insert("spin".into(), recorded("spin", &hash));
+        // Its new version failed and was swapped back: the earlier, verified one serves.
         run.state.shims.insert(
             "wasm".into(),
-            crate::installer::state::ShimState {
+            ShimState {
                 phase: Phase::Failed,
                 ..recorded("wasm", "an earlier description")
+            },
+        );
+        // Failed without ever being verified here: nothing serves it.
+        run.state.shims.insert(
+            "wamr".into(),
+            ShimState {
+                phase: Phase::Failed,
+                verified_hash: None,
+                ..recorded("wamr", "its description")
             },
         );
         let input = failed_plan_input(&run);
         assert!(input.failed);
         let verified: Vec<bool> = input.shims.iter().map(|s| s.verified).collect();
-        assert_eq!(verified, [true, false]);
-        assert_eq!(plan(&input), [Step::RemoveLabels(vec![wasm])]);
+        assert_eq!(verified, [true, true, false]);
+        assert_eq!(plan(&input), [Step::RemoveLabels(vec![wamr])]);
     }
 
     #[test]

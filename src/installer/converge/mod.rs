@@ -21,6 +21,8 @@
 //! is never changed.
 
 mod facts;
+mod follow;
+mod handover;
 mod outcome;
 mod payloads;
 mod restart;
@@ -31,6 +33,7 @@ mod transaction;
 #[cfg(test)]
 mod test_support;
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -178,15 +181,22 @@ impl<C: Cluster> Installer<C> {
         self.checkpoint()
     }
 
-    /// Converges the node to `desired`.
-    pub async fn run(&mut self, desired: &DesiredShims) -> Result<Outcome, InstallerError> {
+    /// [`Installer::run`], leaving the readiness labels `others` alone: someone else (the node
+    /// agent, after a hand-over) serves their handlers, so this run neither sets nor removes
+    /// them.
+    async fn run_leaving(
+        &mut self,
+        desired: &DesiredShims,
+        others: &BTreeSet<String>,
+    ) -> Result<Outcome, InstallerError> {
         #[cfg(any(test, feature = "test-util"))]
         {
             self.checkpoints = 0;
         }
         let loaded = State::load(&*self.host, &self.state_path())?;
-        let labels = self.cluster.node_labels().await?;
+        let mut labels = self.cluster.node_labels().await?;
         let selection = Selection::new(desired, &labels)?;
+        labels.retain(|key, _| !others.contains(key));
         let mut run = Run::new(selection, loaded, labels);
         if run.failed_before() {
             return self.report_failure(run).await;
@@ -225,7 +235,8 @@ impl<C: Cluster> Installer<C> {
             Step::RemoveLabels(keys) => self.patch_labels(run, keys, None).await,
             Step::SetLabels(keys) => self.patch_labels(run, keys, Some(READY_LABEL_VALUE)).await,
             Step::Stage(_) => self.commit_staged(run),
-            Step::BeginConfig => self.begin_config(run, facts),
+            // Without a config change the journal holds only where the symlinks point.
+            Step::BeginConfig | Step::BeginSwaps => self.begin_config(run, facts),
             Step::Swap { shim, dir } => self.swap(run, shim, dir),
             Step::WriteConfig => self.write_config(&facts.config),
             Step::ValidateConfig => self.validate(run).await,
@@ -233,10 +244,7 @@ impl<C: Cluster> Installer<C> {
                 run.restarted = true;
                 self.restart_and_verify(run).await
             }
-            Step::FinishRollback => {
-                run.restarted = true;
-                self.finish_rollback(run).await
-            }
+            Step::FinishRollback => self.finish_rollback(run).await,
             Step::Verify(_) => self.verify_or_repair(run, facts).await,
             Step::Unlink(shim) => self.unlink(shim),
             Step::CollectGarbage => {
@@ -336,8 +344,10 @@ mod tests {
             .insert("spin".into(), recorded("spin", spin_hash));
         state.shims.insert(
             "wasm".into(),
+            // Failed before it was ever verified here: nothing serves it.
             ShimState {
                 phase: Phase::Failed,
+                verified_hash: None,
                 ..recorded("wasm", "earlier")
             },
         );

@@ -89,6 +89,17 @@ impl<'a> Run<'a> {
         Ok(())
     }
 
+    /// Records that `shim`'s stable symlink was pointed back at `dir` (a swap undone): the
+    /// version it points at is the active one again, and no longer in the rollback window.
+    pub fn record_swap_back(&mut self, shim: &str, dir: Option<String>) {
+        if let Some(entry) = self.state.shims.get_mut(shim) {
+            if let Some(dir) = &dir {
+                entry.previous.retain(|p| p != dir);
+            }
+            entry.active = dir;
+        }
+    }
+
     /// Every selected shim is now served by containerd as desired.
     pub fn mark_verified(&mut self, now: jiff::Timestamp) {
         for (shim, hash) in &self.selection.shims {

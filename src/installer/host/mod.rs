@@ -187,6 +187,10 @@ pub trait Host: RootedHost + HostFs + Send + Sync {
     /// the error says what was observed.
     fn verify_containerd(&self, runtimes: &[ExpectedRuntime]) -> Result<(), HostError>;
 
+    /// The runtime handlers containerd serves now, asked once (no waiting); `None` when the
+    /// host cannot tell (no `crictl`).
+    fn served_handlers(&self) -> Result<Option<std::collections::BTreeSet<String>>, HostError>;
+
     // ----- clock -----
 
     fn now(&self) -> jiff::Timestamp;

@@ -85,6 +85,29 @@ impl NodeHost {
         self.run_with_input(argv, None)
     }
 
+    /// `crictl <args>` against the node's CRI endpoint, its output read by `parse`; `None`
+    /// where crictl is missing.
+    fn crictl_output<T>(
+        &self,
+        args: &[&str],
+        parse: impl FnOnce(&str) -> Result<T, HostError>,
+    ) -> Result<Option<T>, HostError> {
+        let mut argv = vec![
+            "crictl",
+            "--runtime-endpoint",
+            self.config.cri_endpoint.as_str(),
+        ];
+        argv.extend_from_slice(args);
+        match self.run(&argv) {
+            Ok(output) if output.status.success() => {
+                parse(&String::from_utf8_lossy(&output.stdout)).map(Some)
+            }
+            Ok(output) => Err(HostError::exited(&argv, &output)),
+            Err(err) if err.not_started() => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
+
     /// [`NodeHost::run`], writing `input` to the command's stdin.
     fn run_with_input(&self, argv: &[&str], input: Option<&[u8]>) -> Result<Output, HostError> {
         let Some((program, args)) = argv.split_first() else {
@@ -425,23 +448,7 @@ impl Host for NodeHost {
     }
 
     fn sandboxes_with_handler(&self, handler: &str) -> Result<Option<usize>, HostError> {
-        let endpoint = self.config.cri_endpoint.as_str();
-        let pods = [
-            "crictl",
-            "--runtime-endpoint",
-            endpoint,
-            "pods",
-            "-o",
-            "json",
-        ];
-        match self.run(&pods) {
-            Ok(output) if output.status.success() => {
-                count_sandboxes(&String::from_utf8_lossy(&output.stdout), handler).map(Some)
-            }
-            Ok(output) => Err(HostError::exited(&pods, &output)),
-            Err(err) if err.not_started() => Ok(None),
-            Err(err) => Err(err),
-        }
+        self.crictl_output(&["pods", "-o", "json"], |out| count_sandboxes(out, handler))
     }
 
     fn containerd_version(&self) -> Result<String, HostError> {
@@ -499,9 +506,29 @@ impl Host for NodeHost {
         }
     }
 
+    fn served_handlers(&self) -> Result<Option<std::collections::BTreeSet<String>>, HostError> {
+        self.crictl_output(&["--timeout", "5s", "info"], served_in_cri_info)
+    }
+
     fn now(&self) -> jiff::Timestamp {
         jiff::Timestamp::now()
     }
+}
+
+/// The handler names under `config.containerd.runtimes` of `crictl info`.
+pub(crate) fn served_in_cri_info(
+    json: &str,
+) -> Result<std::collections::BTreeSet<String>, HostError> {
+    let value: serde_json::Value =
+        serde_json::from_str(json).map_err(|source| HostError::NotJson {
+            command: "crictl info",
+            source,
+        })?;
+    Ok(value
+        .pointer("/config/containerd/runtimes")
+        .and_then(serde_json::Value::as_object)
+        .map(|runtimes| runtimes.keys().cloned().collect())
+        .unwrap_or_default())
 }
 
 /// Every process's executable: `readlink` gives the host path (the process lives in the host's

@@ -394,14 +394,33 @@ impl Host for TestHost {
             None => match lock(&self.service).loaded.clone() {
                 None => Err(HostError::NotRunning),
                 Some(dump) => {
+                    // Without a path (the follow run's check of a handler someone else
+                    // delivered), what the node host's CRI check proves: containerd serves
+                    // the handler.
+                    let (any_path, exact): (Vec<ExpectedRuntime>, Vec<ExpectedRuntime>) = runtimes
+                        .iter()
+                        .cloned()
+                        .partition(|r| r.runtime_path.is_empty());
                     let output = DumpOutput {
                         exit_code: Some(0),
                         stdout: dump,
                         stderr: String::new(),
                     };
                     self.version().and_then(|version| {
-                        check_dump(&self.config, version, runtimes, &[], &output)
-                            .map_err(HostError::RunningConfig)
+                        check_dump(&self.config, version, &exact, &[], &output)
+                            .map_err(HostError::RunningConfig)?;
+                        let served = crate::installer::containerd::EffectiveConfig::parse(
+                            &self.config,
+                            version,
+                            &output.stdout,
+                        )?
+                        .runtime_handlers();
+                        match any_path.iter().find(|r| !served.contains(&r.handler)) {
+                            Some(missing) => Err(HostError::HandlerMissing {
+                                handler: missing.handler.clone(),
+                            }),
+                            None => Ok(()),
+                        }
                     })
                 }
             },
@@ -411,6 +430,16 @@ impl Host for TestHost {
             ok: result.is_ok(),
         });
         result
+    }
+
+    fn served_handlers(&self) -> Result<Option<std::collections::BTreeSet<String>>, HostError> {
+        let Some(dump) = lock(&self.service).loaded.clone() else {
+            return Err(HostError::NotRunning);
+        };
+        let version = self.version()?;
+        let effective =
+            crate::installer::containerd::EffectiveConfig::parse(&self.config, version, &dump)?;
+        Ok(Some(effective.runtime_handlers().into_iter().collect()))
     }
 
     fn now(&self) -> jiff::Timestamp {

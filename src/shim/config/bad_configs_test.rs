@@ -48,7 +48,30 @@ fn rollout(rollout: Value) -> Value {
 
 fn cases() -> Vec<Case> {
     let good_url = "https://example.com/shim";
+    let osc = |shim: Value| {
+        let mut config = one(shim);
+        config["delivery"] = json!("osc");
+        config
+    };
     vec![
+        Case {
+            name: "unknown delivery",
+            provider_config: json!({"apiVersion": API_VERSION, "kind": KIND, "delivery": "agent"}),
+            path: "providerConfig.delivery",
+            value: "agent",
+        },
+        Case {
+            name: "a node selector within a pool with delivery osc",
+            provider_config: osc(json!({"name": "crun", "nodeSelector": {"example.com/kvm": "true"}})),
+            path: "providerConfig.shims[0].nodeSelector",
+            value: "example.com/kvm: true",
+        },
+        Case {
+            name: "a binary from a URL with delivery osc",
+            provider_config: osc(custom(url_binary(good_url, &sha('a')))),
+            path: "providerConfig.shims[0].custom.binaries[0].url",
+            value: "containerd-shim-foo-v1",
+        },
         Case {
             name: "unknown field in a shim",
             provider_config: one(json!({"name": "spin", "hanlder": "x"})),

@@ -23,7 +23,7 @@ use std::path::Path;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use super::syntax;
-use super::types::OptionValue;
+use super::types::{DeliveryMode, OptionValue};
 use crate::desired_shims::Arch;
 use crate::gardener::decode::{PathStyle, yaml_typed};
 
@@ -61,6 +61,9 @@ pub struct Catalog {
     pub shims: BTreeMap<String, CatalogEntry>,
     #[serde(skip)]
     pub custom_shims: CustomShimPolicy,
+    /// The operator's delivery for a providerConfig that names none.
+    #[serde(skip)]
+    pub default_delivery: DeliveryMode,
 }
 
 /// Everything known about one well-known shim.
@@ -241,6 +244,7 @@ impl Catalog {
         Catalog {
             shims: BTreeMap::new(),
             custom_shims: CustomShimPolicy::default(),
+            default_delivery: DeliveryMode::DaemonSet,
         }
         .with_overlay_yaml("built-in", BUILTIN)
     }

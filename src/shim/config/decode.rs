@@ -369,7 +369,7 @@ mod tests {
         let text = plain(message(with("extra", json!(1))));
         assert!(
             text.ends_with(
-                "providerConfig.extra: unknown field \"extra\"; allowed: apiVersion, kind, shims, rollout"
+                "providerConfig.extra: unknown field \"extra\"; allowed: apiVersion, kind, shims, rollout, delivery"
             ),
             "{text}"
         );

@@ -55,6 +55,7 @@ pub fn desired_shims(
     Ok(DesiredShims {
         schema: SCHEMA,
         mode: Mode::Install,
+        delivery: config.delivery.into(),
         shims,
         rollout: config.desired_rollout(),
     })

@@ -40,6 +40,41 @@ pub struct ContainerdShimConfig {
     /// How the installation rolls out across the shoot's nodes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<Rollout>,
+    /// Who puts the shims on the nodes: `daemonset` (the installer DaemonSet edits containerd's
+    /// config and restarts containerd) or `osc` (gardener-node-agent applies them from each
+    /// worker pool's OperatingSystemConfig; the installer only verifies and labels). Default:
+    /// the operator's `--default-delivery`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<DeliveryMode>,
+}
+
+/// Who puts the shims on the nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DeliveryMode {
+    /// The installer DaemonSet.
+    #[serde(rename = "daemonset")]
+    DaemonSet,
+    /// The worker pools' OperatingSystemConfigs, applied by gardener-node-agent.
+    Osc,
+}
+
+impl DeliveryMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryMode::DaemonSet => "daemonset",
+            DeliveryMode::Osc => "osc",
+        }
+    }
+}
+
+impl From<DeliveryMode> for crate::desired_shims::Delivery {
+    fn from(mode: DeliveryMode) -> Self {
+        match mode {
+            DeliveryMode::DaemonSet => crate::desired_shims::Delivery::DaemonSet,
+            DeliveryMode::Osc => crate::desired_shims::Delivery::Osc,
+        }
+    }
 }
 
 impl ContainerdShimConfig {
@@ -50,6 +85,7 @@ impl ContainerdShimConfig {
             kind: KIND.to_owned(),
             shims: Vec::new(),
             rollout: None,
+            delivery: None,
         }
     }
 }

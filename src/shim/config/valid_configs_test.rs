@@ -328,3 +328,28 @@ fn image_vector_override_changes_the_shim_image() {
     };
     assert_eq!(image, "mirror.example.com/spin@sha256:abc");
 }
+
+#[test]
+fn delivery_is_the_operators_default_unless_the_config_names_one() {
+    use super::types::DeliveryMode;
+    use crate::desired_shims::Delivery;
+    let images = images::embedded().unwrap();
+    let unset = config(json!([{"name": "crun"}]));
+    let mut osc_default = catalog();
+    osc_default.default_delivery = DeliveryMode::Osc;
+    for (catalog, expected) in [
+        (catalog(), DeliveryMode::DaemonSet),
+        (osc_default.clone(), DeliveryMode::Osc),
+    ] {
+        let validated = load(Some(&unset), &catalog, &shoot()).unwrap();
+        assert_eq!(validated.delivery(), expected);
+    }
+    let mut named = unset.clone();
+    named["delivery"] = json!("daemonset");
+    let validated = load(Some(&named), &osc_default, &shoot()).unwrap();
+    assert_eq!(validated.delivery(), DeliveryMode::DaemonSet);
+    named["delivery"] = json!("osc");
+    let validated = load(Some(&named), &catalog(), &shoot()).unwrap();
+    let set = desired_shims(&validated, &images).unwrap();
+    assert_eq!(set.delivery, Delivery::Osc);
+}

@@ -16,7 +16,7 @@ use super::error::{ConfigError, FieldError, FieldPath, quote};
 use super::pools::{self, SelectedPool};
 use super::scheduling;
 use super::syntax;
-use super::types::{self, ContainerdShimConfig, CustomShim, Shim};
+use super::types::{self, ContainerdShimConfig, CustomShim, DeliveryMode, Shim};
 pub use super::validated::{
     ShimOrigin, ValidatedBinary, ValidatedConfig, ValidatedRollout, ValidatedShim, ValidatedSource,
 };
@@ -51,6 +51,7 @@ pub fn validate(
     let mut handlers: BTreeMap<String, usize> = BTreeMap::new();
     let mut classes: BTreeMap<String, usize> = BTreeMap::new();
     let mut shims = Vec::new();
+    let delivery = config.delivery.unwrap_or(catalog.default_delivery);
     for (i, shim) in config.shims.iter().enumerate() {
         let path = root.child("shims").index(i);
         let duplicate = names.get(shim.name.as_str()).copied();
@@ -69,6 +70,9 @@ pub fn validate(
         let Some(validated) = validated.filter(|_| duplicate.is_none()) else {
             continue;
         };
+        if delivery == DeliveryMode::Osc {
+            osc_deliverable(&validated, &path, &mut errors);
+        }
         let rc_path = path.child("runtimeClass");
         match handlers.get(&validated.handler) {
             Some(first) => errors.push(FieldError::invalid(
@@ -107,7 +111,32 @@ pub fn validate(
         rollout,
         kubernetes_version: Some(shoot.spec.kubernetes.version.clone()).filter(|v| !v.is_empty()),
         policy_api,
+        delivery,
     })
+}
+
+/// What an OperatingSystemConfig cannot carry: it is one for all nodes of a worker pool, and
+/// the node agent takes files from images only.
+fn osc_deliverable(shim: &ValidatedShim, path: &FieldPath, errors: &mut Vec<FieldError>) {
+    if let Some((key, value)) = shim.node_selector.iter().next() {
+        errors.push(FieldError::invalid(
+            &path.child("nodeSelector"),
+            &format!("{key}: {value}"),
+            "selects nodes within a worker pool, but with delivery \"osc\" every node of a pool \
+             gets the same OperatingSystemConfig; select with workerPools, or use delivery \
+             \"daemonset\"",
+        ));
+    }
+    for (j, binary) in shim.binaries.iter().enumerate() {
+        if let ValidatedSource::Url { .. } = binary.source {
+            errors.push(FieldError::invalid(
+                &path.child("custom").child("binaries").index(j).child("url"),
+                &binary.name,
+                "is downloaded from a URL, but with delivery \"osc\" gardener-node-agent takes \
+                 files from images only; give an image, or use delivery \"daemonset\"",
+            ));
+        }
+    }
 }
 
 /// The definition a shim resolves to.

@@ -14,6 +14,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::admission::PolicyApi;
+use super::types::DeliveryMode;
 use crate::desired_shims::{self, Arch, ConfigFile, OptionValue, UrlArtifact};
 
 /// A providerConfig that passed validation, with defaults applied.
@@ -26,6 +27,8 @@ pub struct ValidatedConfig {
     pub(super) kubernetes_version: Option<String>,
     /// The admission-policy API that confines the installer on this Shoot.
     pub(super) policy_api: PolicyApi,
+    /// The providerConfig's `delivery`, or the operator's default.
+    pub(super) delivery: DeliveryMode,
 }
 
 /// Rollout settings with defaults applied, within the limits of validation.
@@ -151,5 +154,10 @@ impl ValidatedConfig {
     /// The desired-set rollout.
     pub fn desired_rollout(&self) -> desired_shims::Rollout {
         self.rollout.desired()
+    }
+
+    /// Who puts the shims on the nodes.
+    pub fn delivery(&self) -> DeliveryMode {
+        self.delivery
     }
 }

@@ -2,17 +2,16 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::desired_shims::{BIN_DIR_PLACEHOLDER, CONFIG_DIR_PLACEHOLDER, DesiredShim};
-
-/// gardener-node-agent creates this directory and puts it first on containerd's `PATH`.
-pub const RUNTIMES_DIR: &str = "/var/bin/containerruntimes";
+use crate::desired_shims::{
+    BIN_DIR_PLACEHOLDER, CONFIG_DIR_PLACEHOLDER, DesiredShim, node_agent_shim_dir,
+};
 
 /// How many hex digits of the content digest stamp a directory: enough that two contents of
 /// one version never meet, short enough to read in a path.
 const DIGEST_CHARS: usize = 12;
 
 /// The directory of one delivered version of a shim:
-/// `/var/bin/containerruntimes/<shim>/<version>-<digest>`. The digest covers everything the
+/// `/var/bin/containerruntimes/<shim>/<version>-<digest>` ([`node_agent_shim_dir`]). The digest covers everything the
 /// directory holds (binary sources, config files), so a changed payload under an unchanged
 /// version still lands in a new directory and never replaces a file a running shim uses.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,8 +25,8 @@ impl VersionDir {
         hash.update(&payload);
         let digest = hex::encode(hash.finalize());
         VersionDir(format!(
-            "{RUNTIMES_DIR}/{}/{}-{}",
-            shim.name,
+            "{}{}-{}",
+            node_agent_shim_dir(&shim.name),
             shim.version,
             &digest[..DIGEST_CHARS]
         ))

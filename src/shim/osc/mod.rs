@@ -5,7 +5,8 @@
 //! Pure: [`mutate`] takes the OSC, the desired set and returns the mutated OSC. Per handler it
 //! writes a `criConfig.containerd.plugins` entry with the values the installer writes into
 //! `runtimes.<handler>`, and the shim's binaries (`content.imageRef`) and config files (inline)
-//! as OSC files in a version-stamped directory below [`RUNTIMES_DIR`].
+//! as OSC files in a version-stamped directory below
+//! [`crate::desired_shims::NODE_AGENT_RUNTIMES_DIR`].
 //!
 //! What we delivered before is recorded on the OSC itself, in [`DELIVERED_ANNOTATION`]
 //! ([`Delivered`]): it is how our entries are told from everyone else's (which are never
@@ -19,6 +20,7 @@
 //! shim binary's `delete` to clean up after a shim that died, so removing the file at once
 //! would leave such pods unstoppable.
 
+pub mod admit;
 mod delivered;
 mod files;
 mod layout;
@@ -29,7 +31,7 @@ mod plugins;
 mod tests;
 
 pub use delivered::{DELIVERED_ANNOTATION, Delivered};
-pub use layout::{RUNTIMES_DIR, VersionDir};
+pub use layout::VersionDir;
 pub use mutate::mutate;
 pub use plugins::{CRI_RUNTIMES_PATH, runtime_path};
 

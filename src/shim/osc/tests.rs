@@ -103,6 +103,7 @@ fn install(shims: Vec<DesiredShim>) -> DesiredShims {
     DesiredShims {
         schema: SCHEMA,
         mode: Mode::Install,
+        delivery: crate::desired_shims::Delivery::Osc,
         shims,
         rollout: Rollout {
             max_concurrent_restarts: 1,

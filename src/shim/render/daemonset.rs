@@ -24,7 +24,9 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ObjectMeta;
 use sha2::{Digest, Sha256};
 
-use crate::desired_shims::{BinarySource, CONFIG_MAP_KEY, DESIRED_SHA256_ENV, DesiredShims};
+use crate::desired_shims::{
+    BinarySource, CONFIG_MAP_KEY, DESIRED_SHA256_ENV, Delivery, DesiredShims,
+};
 use crate::gardener::api::cluster::WORKER_POOL_LABEL;
 
 use super::names::{self, INSTALLER, NAMESPACE, paths};
@@ -178,8 +180,12 @@ fn resources(cpu: &str, memory: &str, memory_limit: &str) -> ResourceRequirement
 }
 
 /// The image files each shim needs, grouped by image: (shim, image) -> [(path in image, name)].
+/// None where gardener-node-agent delivers the files: the installer only verifies there.
 fn image_files(desired: &DesiredShims) -> BTreeMap<(String, String), Vec<(String, String)>> {
     let mut files: BTreeMap<(String, String), Vec<(String, String)>> = BTreeMap::new();
+    if desired.delivery == Delivery::Osc {
+        return files;
+    }
     for shim in &desired.shims {
         for binary in &shim.binaries {
             if let BinarySource::Image { image, path, .. } = &binary.source {

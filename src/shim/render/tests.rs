@@ -99,6 +99,22 @@ fn golden_spin_on_one_pool() {
     golden("spin", &to_yaml(render(&input)));
 }
 
+/// Delivered by gardener-node-agent: the installer pods only verify and label, so they stage
+/// no payload.
+#[test]
+fn golden_crun_delivered_through_the_osc() {
+    let shoot = shoot(&[("worker-a", None)]);
+    let input = install_input(
+        json!({"apiVersion": "containerd-shim.extensions.gardener.cloud/v1alpha1", "kind": "ContainerdShimConfig",
+               "delivery": "osc", "shims": [{"name": "crun"}]}),
+        &shoot,
+    );
+    let yaml = to_yaml(render(&input));
+    assert!(!yaml.contains("- stage"), "no payload is staged");
+    assert!(yaml.contains("Osc"), "the desired set says who delivers");
+    golden("crun-osc", &yaml);
+}
+
 #[test]
 fn golden_three_shims_two_pools() {
     let shoot = shoot(&[

@@ -190,10 +190,8 @@ async fn run() {
 /// Secrets carry the same bytes.
 fn bundle() -> SecretData {
     let options = CatalogOptions {
-        shim_catalog_overlay: None,
         allow_custom_shims: false,
-        custom_shim_download_hosts: Vec::new(),
-        custom_shim_image_registries: Vec::new(),
+        ..CatalogOptions::default()
     };
     let (catalog, images) = controllers::load_catalog_and_images(&options)
         .unwrap_or_else(|e| panic!("catalog and image vector: {e}"));

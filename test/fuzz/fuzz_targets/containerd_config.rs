@@ -125,6 +125,7 @@ fn entries(spec: &str) -> Vec<RuntimeEntry> {
                     .filter_map(|kv| kv.split_once('='))
                     .map(|(k, v)| (k.to_string(), option(v)))
                     .collect::<BTreeMap<_, _>>(),
+                node_agent_dir: None,
             }
         })
         .collect()

@@ -1,4 +1,4 @@
-//! HTTPS for the webhook: the serving certificate from files (a mounted Secret), picked up
+//! HTTPS for a webhook: the serving certificate from files (a mounted Secret), picked up
 //! again when the files change so that a rotated certificate needs no restart, and a listener
 //! that completes TLS handshakes off the accept loop (a slow or silent client cannot stall the
 //! others).
