@@ -148,6 +148,18 @@ fn readable(fd: OwnedFd) -> std::io::Result<AsyncFd<OwnedFd>> {
 }
 
 /// The PID of containerd's main process, the one with the lowest PID of that name.
+/// Which containerd process runs now: its pid and its start time (`/proc/<pid>/stat`, field
+/// 22, in clock ticks since boot), so that a restart that happens to get the same pid still
+/// reads as another process. `None` when no containerd runs or its `stat` cannot be read.
+pub(crate) fn containerd_instance(proc_dir: &Path) -> Option<String> {
+    let pid = containerd_pid(proc_dir)?;
+    let stat = std::fs::read_to_string(proc_dir.join(pid.to_string()).join("stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces: count after it.
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let start_time = after_name.split_whitespace().nth(19)?;
+    Some(format!("{pid}@{start_time}"))
+}
+
 fn containerd_pid(proc_dir: &Path) -> Option<u32> {
     let entries = std::fs::read_dir(proc_dir).ok()?;
     entries
@@ -222,5 +234,38 @@ mod tests {
         std::fs::create_dir_all(dir.path().join("30")).unwrap();
         std::fs::write(dir.path().join("30/comm"), "containerd\n").unwrap();
         assert_eq!(containerd_pid(dir.path()), Some(30));
+    }
+
+    #[test]
+    fn a_containerd_instance_is_its_pid_and_start_time() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(containerd_instance(dir.path()), None);
+        std::fs::create_dir_all(dir.path().join("30")).unwrap();
+        std::fs::write(dir.path().join("30/comm"), "containerd\n").unwrap();
+        // No stat to read: not known.
+        assert_eq!(containerd_instance(dir.path()), None);
+        let stat = |start: u64| {
+            format!(
+                "30 (contain erd) S 1 30 30 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 12 0 {start} 1 2 3\n"
+            )
+        };
+        std::fs::write(dir.path().join("30/stat"), stat(4711)).unwrap();
+        assert_eq!(containerd_instance(dir.path()).as_deref(), Some("30@4711"));
+        std::fs::write(dir.path().join("30/stat"), stat(4712)).unwrap();
+        assert_eq!(containerd_instance(dir.path()).as_deref(), Some("30@4712"));
+    }
+
+    #[test]
+    fn this_machines_processes_have_a_start_time() {
+        // The format as the kernel writes it: this process's own entry.
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+        let after_name = &stat[stat.rfind(')').unwrap() + 1..];
+        let start: u64 = after_name
+            .split_whitespace()
+            .nth(19)
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(start > 0);
     }
 }

@@ -23,11 +23,11 @@ const OURS: &str = "/var/lib/containerd-shim-installer/current/spin/bin/containe
 
 /// Gardener's own containerd config, on both majors: edited in place by 1.x, merged with our
 /// drop-in by 2.x.
-fn node(major: u64) -> TestNode {
+pub(crate) fn node(major: u64) -> TestNode {
     TestNode::new(major, Some(&corpus("v2-gardener.toml")))
 }
 
-fn osc(shims: Vec<DesiredShim>) -> DesiredShims {
+pub(crate) fn osc(shims: Vec<DesiredShim>) -> DesiredShims {
     DesiredShims {
         delivery: Delivery::Osc,
         ..desired(shims)
@@ -35,7 +35,7 @@ fn osc(shims: Vec<DesiredShim>) -> DesiredShims {
 }
 
 /// Where the extension's webhook has the agent put the shim's binary.
-fn delivered(shim: &DesiredShim) -> String {
+pub(crate) fn delivered(shim: &DesiredShim) -> String {
     format!(
         "{}{}-0123456789ab/bin/{}",
         node_agent_shim_dir(&shim.name),
@@ -46,7 +46,7 @@ fn delivered(shim: &DesiredShim) -> String {
 
 /// gardener-node-agent applying the OSC: `Some(binary)` merges the plugin entry's values into
 /// the handler's table, `None` is `op: remove`; then containerd restarts.
-fn agent_applies(node: &TestNode, shim: &DesiredShim, binary: Option<&str>) {
+pub(crate) fn agent_applies(node: &TestNode, shim: &DesiredShim, binary: Option<&str>) {
     let mut doc: DocumentMut = node.read(CONFIG).unwrap().parse().unwrap();
     let runtimes = doc["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]
         .as_table_mut()
@@ -78,7 +78,7 @@ async fn install(node: &mut TestNode, shim: &DesiredShim) -> Outcome {
 }
 
 /// One run of the installer pod of a shoot whose delivery is `osc` now.
-async fn follow(node: &mut TestNode, shim: &DesiredShim) -> Outcome {
+pub(crate) async fn follow(node: &mut TestNode, shim: &DesiredShim) -> Outcome {
     node.installer
         .follow(&osc(vec![shim.clone()]))
         .await
@@ -99,7 +99,7 @@ fn loaded_has(node: &TestNode, needle: &str) -> bool {
         .contains(needle)
 }
 
-fn labelled(node: &TestNode, handler: &str) -> bool {
+pub(crate) fn labelled(node: &TestNode, handler: &str) -> bool {
     node.cluster
         .labels()
         .get(&ready_label(handler))

@@ -22,6 +22,7 @@ mod harness;
 mod healthcheck_backlog;
 mod installer_budget;
 mod installer_download;
+mod installer_follow;
 mod installer_handover;
 mod installer_host;
 mod osc_webhook;

@@ -4,7 +4,7 @@
 //! stops being true; the agent's own pace (it applies a changed OSC with a delay per node)
 //! is simply waited for.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::desired_shims::{
     DesiredShims, Mode, READY_LABEL_PREFIX, READY_LABEL_VALUE, ready_label,
@@ -47,28 +47,43 @@ impl<C: Cluster> Installer<C> {
                 return Err(InstallerError::command("crictl info", e));
             }
         };
+        let instance = self.host.containerd_instance();
         let mut shims = Vec::new();
         let mut verified = BTreeSet::new();
         for shim in &selected {
             let present = served.as_ref().is_none_or(|s| s.contains(&shim.handler));
-            let (phase, error) = if !present {
-                (Phase::Installing, None)
+            let now = self.host.now();
+            let (phase, verified_at, error) = if !present {
+                self.canaries.forget(&shim.handler);
+                (Phase::Installing, None, None)
+            } else if let Some(at) = self
+                .canaries
+                .vouching(instance.as_deref(), &shim.handler, now)
+            {
+                (Phase::Active, Some(at), None)
             } else {
                 let expected = ExpectedRuntime::new(&shim.handler, &shim.runtime_type, "");
                 match self.host.verify_containerd(&[expected]) {
                     Ok(()) => {
-                        verified.insert(ready_label(&shim.handler));
-                        (Phase::Active, None)
+                        self.canaries
+                            .started(instance.as_deref(), &shim.handler, now);
+                        (Phase::Active, Some(now), None)
                     }
-                    Err(e) => (Phase::Failed, Some(e.to_string())),
+                    Err(e) => {
+                        self.canaries.forget(&shim.handler);
+                        (Phase::Failed, None, Some(e.to_string()))
+                    }
                 }
             };
+            if phase == Phase::Active {
+                verified.insert(ready_label(&shim.handler));
+            }
             shims.push(ShimStatus {
                 name: shim.name.clone(),
                 handler: shim.handler.clone(),
                 phase,
                 version: Some(shim.version.clone()),
-                verified_at: (phase == Phase::Active).then(|| self.host.now()),
+                verified_at,
                 error,
             });
         }
@@ -144,6 +159,57 @@ impl<C: Cluster> Installer<C> {
     }
 }
 
+/// How long a canary sandbox vouches for its handler while the same containerd process runs.
+/// containerd reads its configuration only when it starts, so within one process a handler
+/// that started a sandbox keeps the configuration it had; what a canary still catches then is
+/// a file removed or broken underneath, and this bounds how late.
+pub(super) const CANARY_VALIDITY: jiff::SignedDuration = jiff::SignedDuration::from_secs(600);
+
+/// The handlers whose canary sandbox started under the running containerd process, and when.
+/// A follow run wakes on every change in containerd's configuration directory and at least
+/// once a minute; without this it would start a sandbox per handler each time.
+#[derive(Debug, Default)]
+pub(super) struct Canaries {
+    instance: Option<String>,
+    started: BTreeMap<String, jiff::Timestamp>,
+}
+
+impl Canaries {
+    /// When `handler`'s canary started, if that vouches for it now: under the same containerd
+    /// `instance` (a known one) and within [`CANARY_VALIDITY`].
+    fn vouching(
+        &mut self,
+        instance: Option<&str>,
+        handler: &str,
+        now: jiff::Timestamp,
+    ) -> Option<jiff::Timestamp> {
+        if instance.is_none() || self.instance.as_deref() != instance {
+            self.instance = None;
+            self.started.clear();
+            return None;
+        }
+        self.started
+            .get(handler)
+            .copied()
+            .filter(|at| now.duration_since(*at) < CANARY_VALIDITY)
+    }
+
+    fn started(&mut self, instance: Option<&str>, handler: &str, at: jiff::Timestamp) {
+        let Some(instance) = instance else {
+            return;
+        };
+        if self.instance.as_deref() != Some(instance) {
+            self.instance = Some(instance.to_string());
+            self.started.clear();
+        }
+        self.started.insert(handler.to_string(), at);
+    }
+
+    fn forget(&mut self, handler: &str) {
+        self.started.remove(handler);
+    }
+}
+
 /// Set the verified labels, remove every other readiness label the node has.
 fn label_changes(
     labels: &std::collections::BTreeMap<String, String>,
@@ -194,6 +260,30 @@ mod tests {
                 (ready_label("spin"), Some("ready".to_string())),
             ])
         );
+    }
+
+    #[test]
+    fn a_canary_vouches_for_its_handler_within_one_containerd_process_for_a_while() {
+        let t0 = jiff::Timestamp::UNIX_EPOCH;
+        let later = |secs: i64| t0 + jiff::SignedDuration::from_secs(secs);
+        let mut canaries = Canaries::default();
+        assert_eq!(canaries.vouching(Some("a"), "spin", t0), None);
+        canaries.started(Some("a"), "spin", t0);
+        assert_eq!(canaries.vouching(Some("a"), "spin", later(599)), Some(t0));
+        assert_eq!(canaries.vouching(Some("a"), "wasm", later(1)), None);
+        // Too old: the next run starts one again.
+        assert_eq!(canaries.vouching(Some("a"), "spin", later(600)), None);
+        // Another containerd process: nothing vouches, also not after it returns.
+        canaries.started(Some("a"), "spin", t0);
+        assert_eq!(canaries.vouching(Some("b"), "spin", later(1)), None);
+        assert_eq!(canaries.vouching(Some("a"), "spin", later(2)), None);
+        // A process the host cannot tell never lets a canary vouch.
+        canaries.started(None, "spin", t0);
+        assert_eq!(canaries.vouching(None, "spin", later(1)), None);
+        // A failed or missing handler is forgotten.
+        canaries.started(Some("c"), "spin", t0);
+        canaries.forget("spin");
+        assert_eq!(canaries.vouching(Some("c"), "spin", later(1)), None);
     }
 
     #[tokio::test]

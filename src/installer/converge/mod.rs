@@ -33,13 +33,14 @@ mod transaction;
 #[cfg(test)]
 mod test_support;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::desired_shims::{DesiredShims, READY_LABEL_VALUE};
 
 use super::cluster::Cluster;
+use super::containerd::{BACKUP_SUFFIX, BASELINE_SUFFIX, SCRATCH_SUFFIX};
 use super::error::InstallerError;
 use super::host::{Host, is_temp_sibling};
 use super::payload::{DigestCache, Downloader, Layout};
@@ -96,6 +97,8 @@ pub struct Installer<C: Cluster> {
     settings: Settings,
     downloader: Option<Downloader>,
     digests: DigestCache,
+    /// Follow runs: canaries that still vouch for their handlers.
+    canaries: follow::Canaries,
     /// Fault injection for crash tests ([`Installer::kill_at`]).
     #[cfg(any(test, feature = "test-util"))]
     kill_at: Option<usize>,
@@ -116,6 +119,7 @@ impl<C: Cluster> Installer<C> {
             settings,
             downloader,
             digests: DigestCache::default(),
+            canaries: follow::Canaries::default(),
             #[cfg(any(test, feature = "test-util"))]
             kill_at: None,
             #[cfg(any(test, feature = "test-util"))]
@@ -155,23 +159,61 @@ impl<C: Cluster> Installer<C> {
         self.settings.layout.state_file()
     }
 
-    /// Temporary files of state writes a killed run never renamed: nothing reads them, and
-    /// they would keep the state directory from going away with the last shim.
-    fn remove_stale_state_writes(&self) -> Result<(), InstallerError> {
-        let path = self.state_path();
-        let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str()))
-        else {
-            return Ok(());
-        };
-        let entries = self
-            .host
-            .list_dir(dir)
-            .map_err(|err| InstallerError::host("list", dir, err))?;
-        for entry in entries.iter().filter(|e| is_temp_sibling(e, name)) {
-            let stale = dir.join(entry);
-            self.host
-                .remove_file(&stale)
-                .map_err(|err| InstallerError::host("remove", &stale, err))?;
+    /// Temporary files of writes a killed run never renamed: of the state file, and of every
+    /// containerd file the installer owns or has journaled a change of (and of their backups and
+    /// validation files, written beside them). Nothing reads them, but they would keep the
+    /// state directory from going away with the last shim, and leave the installer's paths in
+    /// `/etc/containerd` after an uninstall.
+    fn remove_stale_writes(&self, state: &State) -> Result<(), InstallerError> {
+        let mut touched: BTreeSet<PathBuf> = state
+            .ownership
+            .files
+            .iter()
+            .map(|file| file.path.clone())
+            .collect();
+        if let Some(txn) = &state.config {
+            touched.extend(txn.rollback.iter().map(|file| file.path.clone()));
+            touched.extend(
+                txn.ownership_after
+                    .files
+                    .iter()
+                    .map(|file| file.path.clone()),
+            );
+        }
+        let mut names_by_dir: BTreeMap<PathBuf, BTreeSet<String>> = BTreeMap::new();
+        let state_path = self.state_path();
+        for (path, suffixes) in
+            std::iter::once((&state_path, &[""][..])).chain(touched.iter().map(|path| {
+                (
+                    path,
+                    &["", BACKUP_SUFFIX, SCRATCH_SUFFIX, BASELINE_SUFFIX][..],
+                )
+            }))
+        {
+            let (Some(dir), Some(name)) =
+                (path.parent(), path.file_name().and_then(|n| n.to_str()))
+            else {
+                continue;
+            };
+            let names = names_by_dir.entry(dir.to_path_buf()).or_default();
+            names.extend(suffixes.iter().map(|suffix| format!("{name}{suffix}")));
+        }
+        for (dir, names) in names_by_dir {
+            let entries = match self.host.list_dir(&dir) {
+                Ok(entries) => entries,
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(err) => return Err(InstallerError::host("list", &dir, err)),
+            };
+            for entry in entries
+                .iter()
+                .filter(|e| names.iter().any(|name| is_temp_sibling(e, name)))
+            {
+                let stale = dir.join(entry);
+                tracing::info!(file = %stale.display(), "removing what a killed write left behind");
+                self.host
+                    .remove_file(&stale)
+                    .map_err(|err| InstallerError::host("remove", &stale, err))?;
+            }
         }
         Ok(())
     }
@@ -201,7 +243,7 @@ impl<C: Cluster> Installer<C> {
         if run.failed_before() {
             return self.report_failure(run).await;
         }
-        self.remove_stale_state_writes()?;
+        self.remove_stale_writes(&run.state)?;
 
         let facts = self.gather(&run)?;
         let input = self.plan_input(&run, &facts)?;
@@ -363,6 +405,51 @@ mod tests {
         assert!(labels.contains_key(&spin) && !labels.contains_key(&wasm));
         assert!(bed.host.events().is_empty());
         assert_eq!(bed.stored(), Some(state));
+    }
+
+    #[tokio::test]
+    async fn what_a_killed_write_left_beside_the_installers_files_goes() {
+        let mut bed = Bed::new(node(&[]));
+        bed.host.set_version_output("containerd v2.1.0");
+        let drop_in = "/etc/containerd/conf.d/50-containerd-shim.toml";
+        let mut state = State::new();
+        state.ownership = test_support::owned(drop_in);
+        let mut journaled = test_support::txn();
+        journaled.rollback = vec![crate::installer::state::RollbackFile {
+            path: "/etc/containerd/config.toml".into(),
+            content: Some("version = 2\n".into()),
+        }];
+        state.config = Some(journaled);
+        let path = bed.installer.settings().layout.state_dir().join(STATE_FILE);
+        state.store(&*bed.host, &path).unwrap();
+        let stale = [
+            "/etc/containerd/.config.toml.tmp-343-4".to_string(),
+            "/etc/containerd/.config.toml.containerd-shim.bak.tmp-343-2".to_string(),
+            "/etc/containerd/.config.toml.containerd-shim-candidate.tmp-343-3".to_string(),
+            "/etc/containerd/conf.d/.50-containerd-shim.toml.tmp-12-1".to_string(),
+            format!("{}/.{STATE_FILE}.tmp-12-2", test_support::STATE_DIR),
+        ];
+        let foreign = [
+            "/etc/containerd/.other.toml.tmp-1-1",
+            "/etc/containerd/conf.d/.config.toml.tmp-1-1",
+            "/etc/containerd/config.toml.tmp-1-1",
+        ];
+        for file in stale.iter().map(String::as_str).chain(foreign) {
+            bed.write(file, "x");
+        }
+        // Whatever the run makes of the journal, the leftovers go before it starts.
+        let _ = bed
+            .installer
+            .run(&DesiredShims::uninstall(Rollout {
+                max_concurrent_restarts: 1,
+            }))
+            .await;
+        for file in &stale {
+            assert!(bed.read(file).is_none(), "{file} is left");
+        }
+        for file in foreign {
+            assert_eq!(bed.read(file).as_deref(), Some("x"), "{file} was removed");
+        }
     }
 
     #[tokio::test]

@@ -191,6 +191,12 @@ pub trait Host: RootedHost + HostFs + Send + Sync {
     /// host cannot tell (no `crictl`).
     fn served_handlers(&self) -> Result<Option<std::collections::BTreeSet<String>>, HostError>;
 
+    /// Which containerd process runs now; it differs after every start. `None` when the host
+    /// cannot tell, which makes every check that relies on it run in full. containerd reads
+    /// its configuration only when it starts, so while this stays the same, the handlers it
+    /// serves are configured as they were.
+    fn containerd_instance(&self) -> Option<String>;
+
     // ----- clock -----
 
     fn now(&self) -> jiff::Timestamp;

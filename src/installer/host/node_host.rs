@@ -510,6 +510,10 @@ impl Host for NodeHost {
         self.crictl_output(&["--timeout", "5s", "info"], served_in_cri_info)
     }
 
+    fn containerd_instance(&self) -> Option<String> {
+        crate::installer::host_watch::containerd_instance(&self.config.proc_dir)
+    }
+
     fn now(&self) -> jiff::Timestamp {
         jiff::Timestamp::now()
     }

@@ -49,6 +49,8 @@ pub enum HostEvent {
 struct Service {
     /// The dump of the config loaded at the last (re)start; `None` while stopped.
     loaded: Option<String>,
+    /// How often the simulated containerd started: its instance.
+    starts: u64,
     restarts: VecDeque<ScriptedOutcome>,
     verifies: VecDeque<ScriptedOutcome>,
 }
@@ -89,6 +91,7 @@ impl TestHost {
             read_only: Mutex::new(Vec::new()),
             service: Mutex::new(Service {
                 loaded: None,
+                starts: 0,
                 restarts: VecDeque::new(),
                 verifies: VecDeque::new(),
             }),
@@ -155,7 +158,9 @@ impl TestHost {
     /// Starts the simulated containerd with the node's current config, as at boot.
     pub fn start_containerd(&self) -> Result<(), HostError> {
         let dump = self.dump_checked(&self.config)?;
-        lock(&self.service).loaded = Some(dump);
+        let mut service = lock(&self.service);
+        service.loaded = Some(dump);
+        service.starts += 1;
         Ok(())
     }
 
@@ -368,7 +373,9 @@ impl Host for TestHost {
             }
             _ => match self.dump_checked(&self.config) {
                 Ok(dump) => {
-                    lock(&self.service).loaded = Some(dump);
+                    let mut service = lock(&self.service);
+                    service.loaded = Some(dump);
+                    service.starts += 1;
                     Ok(())
                 }
                 Err(err) => {
@@ -440,6 +447,14 @@ impl Host for TestHost {
         let effective =
             crate::installer::containerd::EffectiveConfig::parse(&self.config, version, &dump)?;
         Ok(Some(effective.runtime_handlers().into_iter().collect()))
+    }
+
+    fn containerd_instance(&self) -> Option<String> {
+        let service = lock(&self.service);
+        service
+            .loaded
+            .as_ref()
+            .map(|_| format!("start-{}", service.starts))
     }
 
     fn now(&self) -> jiff::Timestamp {

@@ -96,11 +96,30 @@ async fn a_live_shoot_switches_between_daemonset_and_osc_and_crun_keeps_starting
             "{}: the installer's drop-in stays",
             node.name
         );
+        // The agent's restart, and on 2.x the installer's after removing its drop-in (the
+        // effective configuration shows the agent's crun as soon as the file is gone, the
+        // restart follows): waited for, then counted.
         let expected = if node.containerd_major() == 1 { 1 } else { 2 };
+        let restarts = poll::until(
+            &format!(
+                "{}: {expected} containerd restart(s) since the switch",
+                node.name
+            ),
+            AGENT_TIMEOUT,
+            || async {
+                let restarts = node.containerd_restarts(switched);
+                if restarts.len() >= expected {
+                    Ok(restarts)
+                } else {
+                    Err(format!("{restarts:?}"))
+                }
+            },
+        )
+        .await;
         assert_eq!(
-            node.containerd_restarts(switched).len(),
+            restarts.len(),
             expected,
-            "{}: containerd restarts during the switch to osc",
+            "{}: containerd restarts during the switch to osc: {restarts:?}",
             node.name
         );
     }
