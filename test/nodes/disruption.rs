@@ -1,6 +1,6 @@
 //! Disruptions in the middle of an install: the installer killed, containerd and the kubelet
 //! restarted. The journal in the installer's state file lets the next run finish or undo the
-//! change, and the node converges.
+//! change, and the node converges, with nothing of the cut-short write left behind.
 
 use std::cell::RefCell;
 use std::time::Duration;
@@ -71,6 +71,22 @@ async fn killing_the_installer_or_restarting_containerd_and_the_kubelet_mid_inst
             },
         )
         .await;
+        // A write the kill cut short left a temporary file beside its target; the next run
+        // removed it.
+        let leftovers: Vec<String> = ["/etc/containerd", STATE_DIR]
+            .into_iter()
+            .flat_map(|dir| {
+                node.tree(dir)
+                    .into_keys()
+                    .map(move |file| format!("{dir}/{file}"))
+            })
+            .filter(|file| file.contains(".tmp-"))
+            .collect();
+        assert!(
+            leftovers.is_empty(),
+            "{}: left behind: {leftovers:?}",
+            node.name
+        );
         let pod = s.run_pod(node, Some("crun"), "sleep 3600").await;
         assert!(!s.container_id(&pod).await.is_empty());
     }
