@@ -209,7 +209,7 @@ async fn a_pod_of_the_previous_bundle_leaves_the_node_agents_values_alone() {
                 assert!(
                     old.status
                         .message
-                        .contains("handing over to gardener-node-agent: it serves spin"),
+                        .contains("left to gardener-node-agent: its values serve spin"),
                     "{context}: {}",
                     old.status.message
                 );
@@ -307,11 +307,35 @@ async fn from_osc_to_daemonset_the_node_agents_table_is_taken_over() {
             "{context}: {again:?}"
         );
         assert!(
-            !again.status.message.contains("handing over"),
+            !again.status.message.contains("left to gardener-node-agent"),
             "{context}: {}",
             again.status.message
         );
         assert_eq!(node.read(CONFIG), settled, "{context}");
+
+        // The agent applies its containerd configuration again before it got the `op:
+        // remove` (it does at any of its reconciles): on 1.x its values are back in the table
+        // the installer took over. They serve the same shim; the installer leaves them rather
+        // than start a tug of war of restarts. On 2.x our drop-in still wins.
+        agent_applies(&node, &shim, Some(&binary));
+        let agents_again = node.read(CONFIG);
+        let restarts = node.host.restarts();
+        let left = install(&mut node, &shim).await;
+        assert!(left.status.ready && !left.restarted, "{context}: {left:?}");
+        assert_eq!(
+            left.status
+                .message
+                .contains("left to gardener-node-agent: its values serve spin"),
+            major == 1,
+            "{context}: {}",
+            left.status.message
+        );
+        assert_eq!(node.read(CONFIG), agents_again, "{context}");
+        assert_eq!(node.host.restarts(), restarts, "{context}");
+        assert!(
+            served(&node, "spin") && labelled(&node, "spin"),
+            "{context}"
+        );
 
         // The agent applies its `op: remove`. On 2.x our drop-in serves throughout; on 1.x
         // it took our adopted table along, and the next run puts it back.

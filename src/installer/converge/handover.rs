@@ -19,7 +19,9 @@
 //! An installer pod of the previous (`daemonset`) bundle can still run on the node after the
 //! agent applied the OSC there, until the DaemonSet's rolling update replaces it. On 1.x it
 //! would take the agent's values in its in-place tables for drift and write its own back; its
-//! run ([`Installer::run`]) leaves such a node as it is instead, labels included.
+//! run ([`Installer::run`]) leaves such a node as it is instead, labels included. The same
+//! holds in the other direction, while the agent has not yet applied the `op: remove` of a
+//! table the installer took over from it.
 //!
 //! The uninstall leaves the readiness labels of every handler the agent delivers to the follow
 //! run, keeps a shim's files while pods of its handler run (pods started
@@ -144,12 +146,19 @@ impl<C: Cluster> Installer<C> {
 
     /// The handlers of tables the installer edited in place (containerd 1.x) that now carry
     /// gardener-node-agent's values for the same shim ([`node_agent_values_in`]). That happens
-    /// in one situation: the shoot switched to `delivery: osc`, the agent applied the OSC, and
-    /// this run belongs to an installer pod of the previous bundle that has not been replaced
-    /// yet. Repairing that "drift" would write the installer's values back over the agent's,
-    /// which the agent does not rewrite until the OSC changes again, and the hand-over would
-    /// wait forever. Empty when the installer has nothing in place, a journaled change of its
-    /// own is in flight, or anything cannot be read (the regular run then reports it).
+    /// while a shoot switches its delivery, in either direction:
+    ///
+    /// - to `osc`: the agent applied the OSC and this run belongs to an installer pod of the
+    ///   previous bundle that the DaemonSet's rollout has not replaced yet;
+    /// - to `daemonset`: the installer took the agent's table over, and the agent, which
+    ///   applies its containerd configuration again at any of its reconciles, wrote its values
+    ///   back before it got the OSC's `op: remove` for the handler.
+    ///
+    /// Either way the agent's values serve the same shim, and the agent does not rewrite them
+    /// until its OSC changes: repairing them would either make the hand-over wait forever or
+    /// start a tug of war with a containerd restart on each side. Empty when the installer has
+    /// nothing in place, a journaled change of its own is in flight, or anything cannot be read
+    /// (the regular run then reports it).
     fn taken_in_place_by_node_agent(&self) -> BTreeSet<String> {
         let Ok(state) = State::load(&*self.host, &self.state_path()) else {
             return BTreeSet::new();
@@ -189,7 +198,7 @@ impl<C: Cluster> Installer<C> {
                         mode: Mode::Install,
                         desired_file_sha256: None,
                         message: format!(
-                            "handing over to gardener-node-agent: it serves {} from the OperatingSystemConfig now; this installer changes nothing and waits to be replaced",
+                            "left to gardener-node-agent: its values serve {} from the OperatingSystemConfig while the delivery switches; this installer writes nothing until the agent removes them or the installer of the osc delivery replaces it",
                             handlers.join(", ")
                         ),
                         shims: Vec::new(),

@@ -2,7 +2,8 @@
 //! (containerd 1.7, config edited in place, and 2.x, the installer's drop-in). At every step a
 //! new pod of the crun RuntimeClass starts on every node, and after each switch containerd
 //! runs the other delivery's crun: the one gardener-node-agent put below
-//! `/var/bin/containerruntimes/crun/`, or the installer's.
+//! `/var/bin/containerruntimes/crun/`, or the installer's (on 1.7 once the agent has applied
+//! the `op: remove`: until then either serves).
 
 use crate::node_agent_scenario::{AGENT_TIMEOUT, AgentScenario, runtimes_path};
 use crate::scenario::STATE_DIR;
@@ -145,11 +146,24 @@ async fn a_live_shoot_switches_between_daemonset_and_osc_and_crun_keeps_starting
     )
     .await;
 
-    // Back to `daemonset`: the installers take the agent's table over at once; the agent's
-    // `op: remove` then takes it off on 1.7, and the installer puts its own back.
+    // Back to `daemonset`: the installers take the agent's table over at once. On 1.7 the
+    // agent may write its values back at one of its reconciles until it has the `op: remove`
+    // (they serve the same shim, and the installer leaves them); the `op: remove` then takes
+    // the table off, and the installer puts its own back. On 2.x the drop-in serves at once.
     apply_delivered_by(&s, "daemonset", crun()).await;
     pods_start(&s).await;
-    wait_serving(&s, "the installer's crun", INSTALLER_CRUN).await;
+    let two = s.nodes.with_containerd(2);
+    poll::until(
+        "the installer's crun serves on the 2.x node",
+        AGENT_TIMEOUT,
+        || async {
+            match effective_crun(two) {
+                Some(binary) if binary == INSTALLER_CRUN => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
     let (osc, checksum) = s.gardenlet.reconcile(s.base_spec()).await;
     let ops = osc
         .spec
