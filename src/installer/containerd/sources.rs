@@ -205,10 +205,9 @@ pub fn node_agent_table(
     handler: &str,
     dir: &str,
 ) -> Result<bool, ConfigError> {
-    let Some(text) = read_host(host, main)? else {
+    let Some(doc) = document(host, main)? else {
         return Ok(false);
     };
-    let doc = parse_toml(main, &text)?;
     Ok(LAYOUTS.iter().any(|layout| {
         table_like_at(&doc, &layout.runtime_table(handler))
             .is_some_and(|table| runs_a_binary_below(table, dir))
@@ -226,14 +225,20 @@ pub fn node_agent_values_in(
     owned: &OwnedHandler,
     dir: &str,
 ) -> Result<bool, ConfigError> {
-    let Some(text) = read_host(host, file)? else {
+    let Some(doc) = document(host, file)? else {
         return Ok(false);
     };
-    let doc = parse_toml(file, &text)?;
     Ok(table_like_at(&doc, &owned.table).is_some_and(|table| {
         runs_a_binary_below(table, dir)
             && owned.managed_key.value_in(table) != Some(owned.runtime_path.as_str())
     }))
+}
+
+/// The parsed file, or `None` where it does not exist.
+fn document(host: &dyn HostFs, path: &Path) -> Result<Option<DocumentMut>, ConfigError> {
+    read_host(host, path)?
+        .map(|text| parse_toml(path, &text))
+        .transpose()
 }
 
 /// The table at `path`, however it is written: a `[header]`, dotted keys or an inline table.
