@@ -7,7 +7,7 @@ SHELL := /usr/bin/env bash
 local: tools
 	@echo "make local: the first run builds the control-plane components, containerd, the nodes' root file system and the images (tens of minutes on two cores, cached afterwards); later runs have a pod running in under two minutes."
 	cargo build --locked --bin gardener-extension-containerd-shim
-	hack/nodes/images.sh --without-wasm "$(CURDIR)/.local/playground-images"
+	hack/nodes/images.sh --without-wasm --without-previous-release "$(CURDIR)/.local/playground-images"
 	@# The playground is make's own child (exec) in make's process group: Ctrl-C reaches it and
 	@# everything it runs, and it stops everything it started before make returns. If make
 	@# itself dies first (of SIGPIPE, when its output went through a pipe whose reader is gone),

@@ -79,6 +79,19 @@ repository() {
 
 version="$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)"
 [[ -n "$version" ]] || die "no version in Cargo.toml"
+# A release to the published registry is tagged v<version> on the commit it is built from: the
+# tag is what a later release's upgrade test starts from (hack/previous-release.env). So such a
+# release is built from a clean work tree, and a version is released from one commit only.
+release_tag="v$version"
+tag_release=0
+if ((push)) && [[ "$registry" == "$published" ]]; then
+  tag_release=1
+  [[ -z "$(git status --porcelain)" ]] || die "the work tree has changes: a release is built from a commit"
+  if tagged="$(git rev-parse -q --verify "refs/tags/$release_tag^{commit}")"; then
+    [[ "$tagged" == "$(git rev-parse HEAD)" ]] \
+      || die "$release_tag is already tagged on $tagged: raise the version in Cargo.toml"
+  fi
+fi
 host="$(rustc -vV | sed -n 's/^host: //p')"
 case "$host" in
   x86_64-*) host_arch=amd64 ;;
@@ -204,6 +217,10 @@ CHART_REPOSITORY="$chart_repository" CHART_DIGEST="$chart_digest" \
 } >"$out/images-overwrite.yaml"
 if ((push)); then
   log "released $version to $registry: $out/release.env"
+  if ((tag_release)) && ! git rev-parse -q --verify "refs/tags/$release_tag" >/dev/null; then
+    git tag -a "$release_tag" -m "Release $version"
+    log "tagged $release_tag on $(git rev-parse --short HEAD); publish it with: git push origin $release_tag"
+  fi
 else
   log "built $version into $out (not pushed)"
 fi

@@ -24,8 +24,13 @@
 #   payload-wasmtime, wasm-hello, wasm-http  the catalog's Wasm payload (built from
 #                   hack/images/payloads/wasm) and two Wasm workloads (hack/nodes/wasm-images.sh)
 #
+#   installer-previous  the installer of the previous release (hack/previous-release.env), for
+#                   the extension-upgrade test; hack/nodes/previous-release.sh builds it and
+#                   writes images-overwrite-previous.yaml and previous-release.env
+#
 # --without-wasm leaves out the Wasm shim and workloads (the playground does not use them, and
-# the shim's first build is the longest item of a cold run). Payload images are image indexes
+# the shim's first build is the longest item of a cold run); --without-previous-release leaves
+# out the previous release (only the extension-upgrade test uses it). Payload images are image indexes
 # (one manifest per platform; linux/amd64 here), as the product's multi-arch payloads are; the
 # others are single manifests.
 #
@@ -80,17 +85,22 @@ if [[ "${1:-}" == push ]]; then
 fi
 
 with_wasm=1
-if [[ "${1:-}" == "--without-wasm" ]]; then
-  with_wasm=0
+with_previous=1
+while [[ "${1:-}" == --* ]]; do
+  case "$1" in
+    --without-wasm) with_wasm=0 ;;
+    --without-previous-release) with_previous=0 ;;
+    *) die "unknown option $1" ;;
+  esac
   shift
-fi
-out="${1:?usage: $0 [--without-wasm] OUT_DIR}"
+done
+out="${1:?usage: $0 [--without-wasm] [--without-previous-release] OUT_DIR}"
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 IMAGE_REGISTRY="$NODE_REGISTRY"
 source "$repo/hack/nodes/oci.sh"
 # What an earlier build left (also the image archives of before the registry).
-rm -rf "$out/oci" "$out/images.list" "$out"/*.tar "$out/pause.ref"
+rm -rf "$out/oci" "$out/images.list" "$out"/*.tar "$out/pause.ref" "$out/images-overwrite-previous.yaml" "$out/previous-release.env"
 
 debs="$IMAGE_DEBS_DIR/root"
 [[ -x "$debs/bin/busybox" ]] \
@@ -101,6 +111,10 @@ debs="$IMAGE_DEBS_DIR/root"
 # have; glibc with a static C runtime gives the same kind of binary from the host target (as
 # hack/release.sh builds it).
 host="$(rustc -vV | sed -n 's/^host: //p')"
+if ((with_previous)); then
+  # Before the current build: both share target/<host>, and the current one must be the last.
+  "$repo/hack/nodes/previous-release.sh" build
+fi
 log "building the static installer for $host"
 (cd "$repo" && RUSTFLAGS="-C target-feature=+crt-static" \
   cargo build --locked --target "$host" --bin containerd-shim-installer)
@@ -249,5 +263,9 @@ gvisor_ref="$(oci_record payload-gvisor containerd-shim-payload/gvisor "$gvisor_
 echo "GVISOR_PAYLOAD_IMAGE=$gvisor_ref" >>"$out/images.env"
 image_vector_entry containerd-shim-gvisor "$gvisor_ref" >>"$out/images-overwrite.yaml"
 # --- end gVisor ------------------------------------------------------------------------------
+
+if ((with_previous)); then
+  IMAGE_REGISTRY="$IMAGE_REGISTRY" "$repo/hack/nodes/previous-release.sh" image "$out"
+fi
 
 log "images in $out: $installer_ref $pause_ref $workload_ref $crun_ref $broken_ref"

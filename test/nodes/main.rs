@@ -16,6 +16,7 @@ mod support;
 mod crun_payload;
 mod disruption;
 mod drift;
+mod extension_upgrade;
 mod gvisor;
 mod install;
 mod node_agent;

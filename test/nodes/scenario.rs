@@ -3,6 +3,7 @@
 //! gardenlet drives it; the nodes are looked at through the API and on the node.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::ByteString;
@@ -16,7 +17,7 @@ use gardener_extension_containerd_shim::gardener::api::{
 };
 
 use crate::support::process::{self, Replica};
-use crate::support::real_nodes::{RealNode, RealNodes};
+use crate::support::real_nodes::{PreviousRelease, RealNode, RealNodes};
 use crate::support::{self, Clusters, gardenlet, objects, poll};
 
 /// The Extension's name, as gardenlet names it.
@@ -36,7 +37,7 @@ pub struct Scenario {
     pub namespace: String,
     pub extensions: Api<Extension>,
     /// Kept running for the test; its log is printed when the test fails.
-    _controller: Replica,
+    controller: Replica,
     /// Namespace in the shoot for the test's workload pods.
     pub workloads: String,
 }
@@ -48,17 +49,7 @@ impl Scenario {
     pub async fn start(test: &str) -> Scenario {
         let c = Clusters::connect().await;
         let nodes = RealNodes::load(&c.env);
-        let overwrite = nodes.image_vector_overwrite().display().to_string();
-        let overlay = nodes.catalog_overlay().display().to_string();
-        let controller = process::start_controller_with_env(
-            &c,
-            &["--healthcheck-period=3s"],
-            &[
-                ("IMAGEVECTOR_OVERWRITE", overwrite.as_str()),
-                ("SHIM_CATALOG_OVERLAY", overlay.as_str()),
-            ],
-        )
-        .await;
+        let controller = start_controller(&c, &nodes, Build::Current).await;
         remove_leftovers(&c).await;
         for node in &nodes.nodes {
             assert_clean(&c, node).await;
@@ -73,9 +64,21 @@ impl Scenario {
             nodes,
             namespace,
             extensions,
-            _controller: controller,
+            controller,
             workloads,
         }
+    }
+
+    /// Stops the running controller and starts this build in its place, as a rolled controller
+    /// Deployment does: the old process has exited before the new one starts.
+    pub async fn replace_controller(&mut self, build: Build<'_>) {
+        self.controller.signal("TERM");
+        let status = self.controller.wait_exit().await;
+        assert!(
+            status.success(),
+            "the controller exited with {status} on SIGTERM"
+        );
+        self.controller = start_controller(&self.c, &self.nodes, build).await;
     }
 
     /// Creates or changes the Extension's providerConfig to these shims and requests a
@@ -329,6 +332,38 @@ impl Scenario {
     }
 }
 
+/// Which build of the controller runs a scenario.
+#[derive(Clone, Copy)]
+pub enum Build<'a> {
+    /// This build: the binary cargo built for the tests, the images hack/nodes/images.sh built.
+    Current,
+    /// The previous release's controller and its installer image.
+    Previous(&'a PreviousRelease),
+}
+
+/// Starts the controller of `build`, pointed at the nodes' images and the catalog overlay.
+async fn start_controller(c: &Clusters, nodes: &RealNodes, build: Build<'_>) -> Replica {
+    let (bin, overwrite) = match build {
+        Build::Current => (PathBuf::from(process::BIN), nodes.image_vector_overwrite()),
+        Build::Previous(release) => (
+            release.controller.clone(),
+            release.image_vector_overwrite.clone(),
+        ),
+    };
+    let overwrite = overwrite.display().to_string();
+    let overlay = nodes.catalog_overlay().display().to_string();
+    process::start_controller_binary(
+        c,
+        &bin,
+        &["--healthcheck-period=3s"],
+        &[
+            ("IMAGEVECTOR_OVERWRITE", overwrite.as_str()),
+            ("SHIM_CATALOG_OVERLAY", overlay.as_str()),
+        ],
+    )
+    .await
+}
+
 /// When a test fails, the installers' own logs are what explains it: printed from the nodes'
 /// pod log files (the API server may be gone by then).
 impl Drop for Scenario {
@@ -459,6 +494,26 @@ impl Scenario {
                 }
             },
         )
+        .await;
+    }
+
+    /// Waits until the Extension's `SystemComponentsHealthy` condition is `True`.
+    pub async fn wait_healthy(&self) {
+        poll::until("SystemComponentsHealthy True", NODE_TIMEOUT, || async {
+            let ext = self
+                .extensions
+                .get(EXTENSION)
+                .await
+                .map_err(|e| e.to_string())?;
+            let conditions = ext.status.map(|s| s.conditions).unwrap_or_default();
+            match conditions
+                .into_iter()
+                .find(|c| c.type_ == "SystemComponentsHealthy")
+            {
+                Some(c) if c.status == ConditionStatus::True => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
         .await;
     }
 

@@ -115,6 +115,19 @@ impl Replica {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Replica {
+        Replica::spawn_binary(Path::new(BIN), name, kubeconfig, namespace, extra, env)
+    }
+
+    /// [`Replica::spawn_with_env`] of another build of the controller (an earlier release's),
+    /// which must take the same arguments.
+    pub fn spawn_binary(
+        bin: &Path,
+        name: &str,
+        kubeconfig: &Path,
+        namespace: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Replica {
         let health_port = free_port();
         let metrics_port = free_port();
         let mut args: Vec<String> = vec![
@@ -128,7 +141,7 @@ impl Replica {
         ];
         args.extend(LEASE_TIMING.iter().map(|s| s.to_string()));
         args.extend(extra.iter().map(|s| s.to_string()));
-        Replica::spawn_exact_with_env(name, args, health_port, metrics_port, env)
+        Replica::spawn_exact_with_env(bin, name, args, health_port, metrics_port, env)
     }
 
     /// Starts the binary with exactly `args` (no test timings added); `args` must bind the
@@ -139,10 +152,11 @@ impl Replica {
         health_port: u16,
         metrics_port: u16,
     ) -> Replica {
-        Replica::spawn_exact_with_env(name, args, health_port, metrics_port, &[])
+        Replica::spawn_exact_with_env(Path::new(BIN), name, args, health_port, metrics_port, &[])
     }
 
     fn spawn_exact_with_env(
+        bin: &Path,
         name: &str,
         args: Vec<String>,
         health_port: u16,
@@ -154,7 +168,7 @@ impl Replica {
         let stderr = log
             .reopen()
             .unwrap_or_else(|e| panic!("cannot open the log file: {e}"));
-        let child = tokio::process::Command::new(BIN)
+        let child = tokio::process::Command::new(bin)
             .args(&args)
             .env("POD_NAME", name)
             .env_remove("KUBECONFIG")
@@ -166,7 +180,7 @@ impl Replica {
             .stderr(stderr)
             .kill_on_drop(true)
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {BIN}: {e}"));
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
         Replica {
             name: name.to_string(),
             child,
@@ -259,9 +273,20 @@ pub async fn start_controller_with_env(
     extra: &[&str],
     env: &[(&str, &str)],
 ) -> Replica {
+    start_controller_binary(clusters, Path::new(BIN), extra, env).await
+}
+
+/// [`start_controller_with_env`] of another build of the controller (an earlier release's).
+pub async fn start_controller_binary(
+    clusters: &super::Clusters,
+    bin: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Replica {
     let system = super::unique_name("extension-containerd-shim");
     super::create_namespace(&clusters.seed, &system, &[]).await;
-    let controller = Replica::spawn_with_env(
+    let controller = Replica::spawn_binary(
+        bin,
         "controller",
         &clusters.env.seed_kubeconfig,
         &system,

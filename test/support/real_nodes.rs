@@ -31,6 +31,18 @@ pub struct RealNodes {
     pub registry: Registry,
 }
 
+/// The release before this build (hack/previous-release.env), built from its own sources.
+#[derive(Clone, Debug)]
+pub struct PreviousRelease {
+    pub commit: String,
+    /// Its controller binary.
+    pub controller: PathBuf,
+    /// The `IMAGEVECTOR_OVERWRITE` that points its controller at its own installer image.
+    pub image_vector_overwrite: PathBuf,
+    /// Its installer image, by digest.
+    pub installer_image: String,
+}
+
 /// The control plane's OCI registry, which every node pulls its images from. Tests stop and
 /// start it through the launcher (`hack/control-plane.sh stop-registry` / `start-registry`).
 #[derive(Clone, Debug)]
@@ -191,6 +203,26 @@ impl RealNodes {
     /// The `IMAGEVECTOR_OVERWRITE` file that points the controller at the imported images.
     pub fn image_vector_overwrite(&self) -> PathBuf {
         self.images_dir.join("images-overwrite.yaml")
+    }
+
+    /// The previous release's build (hack/nodes/previous-release.sh, which hack/nodes/images.sh
+    /// runs unless told `--without-previous-release`).
+    pub fn previous_release(&self) -> PreviousRelease {
+        let key = |k: &str| {
+            self.images.get(k).cloned().unwrap_or_else(|| {
+                panic!(
+                    "no {k} in {}/images.env: build the images with the previous release: hack/nodes/images.sh {}",
+                    self.images_dir.display(),
+                    self.images_dir.display()
+                )
+            })
+        };
+        PreviousRelease {
+            commit: key("PREVIOUS_RELEASE_COMMIT"),
+            controller: PathBuf::from(key("PREVIOUS_CONTROLLER_BIN")),
+            image_vector_overwrite: self.images_dir.join("images-overwrite-previous.yaml"),
+            installer_image: key("PREVIOUS_INSTALLER_IMAGE"),
+        }
     }
 
     /// The `SHIM_CATALOG_OVERLAY` file that offers the locally built test shims.
