@@ -39,8 +39,7 @@ case "${1:-}" in
 esac
 
 commit="$PREVIOUS_RELEASE_COMMIT"
-git -C "$repo" cat-file -e "$commit^{commit}" 2>/dev/null \
-  || die "commit $commit (hack/previous-release.env) is not in this clone: fetch the history (git fetch --unshallow origin)"
+[[ "$commit" =~ ^[0-9a-f]{40}$ ]] || die "hack/previous-release.env: PREVIOUS_RELEASE_COMMIT '$commit' is not a full commit id"
 if [[ -n "$PREVIOUS_RELEASE_TAG" ]] && git -C "$repo" rev-parse -q --verify "refs/tags/$PREVIOUS_RELEASE_TAG" >/dev/null; then
   tagged="$(git -C "$repo" rev-parse "$PREVIOUS_RELEASE_TAG^{commit}")"
   [[ "$tagged" == "$commit" ]] \
@@ -50,6 +49,8 @@ fi
 cache="$TOOLS_CACHE/previous-release-$commit"
 bins=(gardener-extension-containerd-shim containerd-shim-installer)
 if [[ ! -x "$cache/bin/gardener-extension-containerd-shim" || ! -x "$cache/bin/containerd-shim-installer" ]]; then
+  git -C "$repo" cat-file -e "$commit^{commit}" 2>/dev/null \
+    || die "commit $commit (hack/previous-release.env) is not in this clone: fetch the history (git fetch --unshallow origin)"
   host="$(rustc -vV | sed -n 's/^host: //p')"
   src="$(mktemp -d)"
   trap 'rm -rf "$src"' EXIT

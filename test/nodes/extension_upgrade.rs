@@ -43,8 +43,9 @@ async fn desired_set_schema(s: &Scenario) -> u64 {
         .and_then(|s| s.volumes)
         .unwrap_or_default()
         .into_iter()
-        .find_map(|v| v.config_map.map(|c| c.name))
-        .unwrap_or_else(|| panic!("{name} mounts no ConfigMap"));
+        .find(|v| v.name == "desired")
+        .and_then(|v| v.config_map.map(|c| c.name))
+        .unwrap_or_else(|| panic!("{name} mounts no desired-set ConfigMap"));
     let data = config_maps
         .get(&config_map)
         .await
