@@ -13,7 +13,7 @@ use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
 use gardener_extension_containerd_shim::gardener::api::{
-    Cluster, ConditionStatus, Extension, ManagedResource,
+    Cluster, Condition, ConditionStatus, Extension, ManagedResource,
 };
 
 use crate::support::process::{self, Replica};
@@ -499,26 +499,19 @@ impl Scenario {
 
     /// Waits until the Extension's `SystemComponentsHealthy` condition is `True`.
     pub async fn wait_healthy(&self) {
-        poll::until("SystemComponentsHealthy True", NODE_TIMEOUT, || async {
-            let ext = self
-                .extensions
-                .get(EXTENSION)
-                .await
-                .map_err(|e| e.to_string())?;
-            let conditions = ext.status.map(|s| s.conditions).unwrap_or_default();
-            match conditions
-                .into_iter()
-                .find(|c| c.type_ == "SystemComponentsHealthy")
-            {
-                Some(c) if c.status == ConditionStatus::True => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        })
-        .await;
+        self.health_condition("True", |c| c.status == ConditionStatus::True)
+            .await;
+    }
+
+    /// The Extension's `SystemComponentsHealthy` condition once `accept` takes its message.
+    pub async fn wait_health(&self, what: &str, accept: impl Fn(&str) -> bool) -> String {
+        self.health_condition(what, |c| accept(&c.message))
+            .await
+            .message
     }
 
     /// The Extension's `SystemComponentsHealthy` condition once `accept` takes it.
-    pub async fn wait_health(&self, what: &str, accept: impl Fn(&str) -> bool) -> String {
+    async fn health_condition(&self, what: &str, accept: impl Fn(&Condition) -> bool) -> Condition {
         poll::until(
             &format!("SystemComponentsHealthy {what}"),
             NODE_TIMEOUT,
@@ -533,7 +526,7 @@ impl Scenario {
                     .into_iter()
                     .find(|c| c.type_ == "SystemComponentsHealthy")
                 {
-                    Some(c) if accept(&c.message) => Ok(c.message),
+                    Some(c) if accept(&c) => Ok(c),
                     other => Err(format!("{other:?}")),
                 }
             },
